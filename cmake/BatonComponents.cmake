@@ -1,0 +1,50 @@
+# A component is one concept folder (events, core/config, core/checkpoint, ...). Its sources build an OBJECT
+# library; libbaton.so is the union of all components. Each component's *_test.cpp files, which live beside the
+# code they test, build one test executable per component, run as one process (libtorch starts are costly).
+#
+#   baton_component(NAME <name> SOURCES <files> [DEPENDS <components>] [LIBS <link libraries>]
+#                   [TESTS <test files>] [TEST_LIBS <extra libraries for the tests>])
+set_property(GLOBAL PROPERTY BATON_COMPONENTS "")
+
+function(baton_component)
+  cmake_parse_arguments(C "" "NAME" "SOURCES;DEPENDS;LIBS;TESTS;TEST_LIBS" ${ARGN})
+  set(target baton_${C_NAME})
+  add_library(${target} OBJECT ${C_SOURCES})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/events/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core>)
+  target_compile_definitions(${target} PRIVATE BATON_BUILDING_LIBRARY)
+  foreach(dep IN LISTS C_DEPENDS)
+    target_link_libraries(${target} PUBLIC baton_${dep})
+  endforeach()
+  target_link_libraries(${target} PUBLIC ${C_LIBS})
+  set_property(GLOBAL APPEND PROPERTY BATON_COMPONENTS ${C_NAME})
+  set_property(TARGET ${target} PROPERTY BATON_DEPENDS ${C_DEPENDS})
+
+  if(BATON_BUILD_TESTS AND C_TESTS)
+    # The test links its own component and every component it depends on, transitively, as objects, so a
+    # component's tests build and run while other components are still being written.
+    set(objects "")
+    set(pending ${C_NAME})
+    set(seen "")
+    while(pending)
+      list(POP_FRONT pending current)
+      if(current IN_LIST seen)
+        continue()
+      endif()
+      list(APPEND seen ${current})
+      if(NOT current STREQUAL C_NAME)  # the component itself comes in through target_link_libraries below
+        list(APPEND objects $<TARGET_OBJECTS:baton_${current}>)
+      endif()
+      get_property(deps TARGET baton_${current} PROPERTY BATON_DEPENDS)
+      list(APPEND pending ${deps})
+    endwhile()
+    add_executable(${C_NAME}_tests ${C_TESTS} ${objects} $<TARGET_OBJECTS:baton_test_main>)
+    target_link_libraries(${C_NAME}_tests PRIVATE ${target} doctest::doctest ${C_TEST_LIBS})
+    target_include_directories(${C_NAME}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
+    target_compile_definitions(${C_NAME}_tests PRIVATE
+      BATON_SOURCE_DIR="${PROJECT_SOURCE_DIR}" BATON_BINARY_DIR="${CMAKE_BINARY_DIR}")
+    add_test(NAME ${C_NAME} COMMAND ${C_NAME}_tests --no-intro=true)
+  endif()
+endfunction()

@@ -1,0 +1,74 @@
+#pragma once
+// Checkpoint folders. A checkpoint is a folder <dir>/<name> (names like "ep2" or "ba1200") holding
+//   state.safetensors  every section's tensors, named "<section>/<key>"
+//   <extra files>      safetensors files added by plugins (e.g. ema.safetensors)
+//   meta.json          format and version, the timestamp, every section's scalars, the config text, and the size
+//                      and crc32 of every file above; written last
+// A save builds the folder under a temporary name, fsyncs every file, then renames it into place and fsyncs
+// <dir>: a crash at any point leaves either the old set of checkpoints or the new one, never a half-written
+// checkpoint under a real name. Older checkpoints beyond keep_last are removed only after the new one is complete.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/state_dict.h"
+#include "baton/time.h"
+
+namespace baton {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointData {
+  Timestamp timestamp;
+  std::string config_text;  // the resolved config, for reference
+  /// Named sections: "model", "optimizer", "trainer", "plugin/<id>", ... in order.
+  std::vector<std::pair<std::string, StateDict>> sections;
+  /// Extra safetensors files: {"ema.safetensors", tensors + scalars as metadata}.
+  std::vector<std::pair<std::string, StateDict>> files;
+
+  /// The section with this name, or null.
+  const StateDict* section(const std::string& name) const;
+};
+
+struct CheckpointInfo {
+  std::string path;
+  std::string name;
+  Timestamp timestamp;
+};
+
+class CheckpointStore {
+ public:
+  /// `dir` is created on the first save. Stale temporary folders of interrupted saves are removed here.
+  CheckpointStore(std::string dir, std::int64_t keep_last);
+  const std::string& dir() const { return dir_; }
+
+  /// Saves atomically as <dir>/<name> (replacing an existing one only once the new one is complete), prunes
+  /// beyond keep_last (oldest first), and returns the final path. Throws baton::Error naming the file on failure;
+  /// the previous checkpoints are then untouched.
+  std::string save(const std::string& name, const CheckpointData& data);
+
+  /// Committed checkpoints (those with a readable meta.json), oldest first by timestamp.batch.
+  std::vector<CheckpointInfo> list() const;
+
+  /// The newest checkpoint that passes verify_checkpoint; each newer one that fails adds a warning naming it and
+  /// the reason. Nothing when there is none.
+  std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings) const;
+
+ private:
+  std::string dir_;
+  std::int64_t keep_last_;
+};
+
+/// Checks a checkpoint folder completely (meta.json, file sizes and crc32s, safetensors headers).
+/// Throws CheckpointError naming the file and the problem.
+void verify_checkpoint(const std::string& path);
+
+/// Verifies and loads a checkpoint folder. Throws CheckpointError naming the file and the problem.
+CheckpointData load_checkpoint(const std::string& path);
+
+/// Reads only meta.json's timestamp and name (cheap; no verification of the data files).
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
+}  // namespace baton

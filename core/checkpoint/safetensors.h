@@ -1,0 +1,38 @@
+#pragma once
+// The safetensors format (a format that executes no code when read): an 8-byte little-endian header length N,
+// N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {"<key>": "<string>"}} padded with spaces to a multiple of 8, then the tensor bytes
+// (little-endian, row-major, offsets relative to the end of the header). Readable by Python's safetensors.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace baton {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;  // zlib crc32 of the whole file
+};
+
+/// Writes tensors (any device; copied to CPU, made contiguous) and string metadata to `path`, then fsyncs it.
+/// Supported dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL. Throws baton::Error naming the file and tensor.
+FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsContents {
+  NamedTensors tensors;  // CPU tensors, in file order
+  std::map<std::string, std::string> metadata;
+};
+
+/// Reads and validates a file: header length within the file, JSON well formed, dtypes known, offsets in order,
+/// inside the data and matching the shapes. Throws CheckpointError naming the file and what is wrong
+/// ("truncated: header says 1234 bytes, file has 1000").
+SafetensorsContents read_safetensors(const std::string& path);
+
+}  // namespace baton

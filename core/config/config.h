@@ -1,0 +1,106 @@
+#pragma once
+// The run configuration: a TOML file (toml++) checked key by key. Every unknown key, wrong type, out-of-range
+// value or bad time string is a ConfigError that reads "file:line:column: section.key: what was expected".
+// Nothing falls back to a default silently when a key is present with the wrong type.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/error.h"
+#include "baton/plugin_config.h"
+#include "baton/time.h"
+
+namespace baton {
+
+struct RunSection {
+  std::string name = "baton";  // the run folder is <dir>/<name>
+  std::string dir = "runs";
+  std::int64_t seed = 42;
+};
+
+struct DataSection {
+  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
+  std::string path = "/usr/share/datasets/fashion-mnist";  // default depends on dataset (mnist: .../mnist)
+  std::int64_t batch_size = 128;        // >= 1
+  std::int64_t eval_batch_size = 1000;  // >= 1
+  std::int64_t train_subset = 0;        // first N training samples; 0 = all
+  std::int64_t eval_subset = 0;         // first N evaluation samples; 0 = all
+  std::int64_t synthetic_train_size = 2048;  // only for dataset = "synthetic"
+  std::int64_t synthetic_eval_size = 512;
+};
+
+struct ModelSection {
+  std::string name = "convnet";  // mlp | convnet
+  std::vector<std::int64_t> widths;  // mlp: hidden layer widths (default {256, 128});
+                                     // convnet: channels of its conv blocks (default {32, 64}); each >= 1
+};
+
+struct OptimizerSection {
+  std::string name = "sgd";  // sgd | adam | adamw
+  double lr = 0.05;          // > 0
+  double weight_decay = 0;   // >= 0
+  double momentum = 0.9;     // sgd only, [0, 1)
+  double beta1 = 0.9;        // adam/adamw, [0, 1)
+  double beta2 = 0.999;      // adam/adamw, [0, 1)
+  double eps = 1e-8;         // adam/adamw, > 0
+};
+
+struct SchedulerSection {
+  std::string name = "constant";  // constant | cosine
+  Time warmup = Time(0, TimeUnit::batch);  // linear warmup from 0 (ba, ep or dur)
+  double min_lr_ratio = 0.0;  // cosine ends at lr * min_lr_ratio, [0, 1]
+};
+
+struct TrainerSection {
+  Time max_duration = Time(1, TimeUnit::epoch);  // ep, ba, sp (> 0)
+  Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
+  std::string device = "cpu";  // cpu | cuda | cuda:N
+  std::int64_t threads = 0;    // intra-op threads; 0 = LibTorch's default
+  Time log_interval = Time(50, TimeUnit::batch);  // plain progress lines when not on a terminal (ba)
+  bool progress = true;  // a progress bar when stderr is a terminal
+};
+
+struct CheckpointSection {
+  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
+  std::int64_t keep_last = 0;  // >= 0; 0 keeps every checkpoint
+  std::string dir;  // default "<run folder>/checkpoints"
+};
+
+struct PluginEntry {
+  std::string name;  // exactly one of name / path
+  std::string path;
+  PluginConfig config;  // the table's other keys
+  SourceLocation where;  // where the [[plugins]] table starts
+};
+
+struct RunConfig {
+  std::string source;  // the file name (or "<string>")
+  RunSection run;
+  DataSection data;
+  ModelSection model;
+  OptimizerSection optimizer;
+  SchedulerSection scheduler;
+  TrainerSection trainer;
+  CheckpointSection checkpoint;
+  std::vector<PluginEntry> plugins;
+  std::vector<std::string> plugin_search_paths;  // [plugin_search] paths, relative to the config file's folder
+  bool allow_insecure_plugins = false;           // [plugin_search] allow_insecure
+};
+
+/// One "--set section.key=value" override. The value is read as a TOML value ("0.1", "true", "[1,2]",
+/// "\"text\""); anything that does not parse as one is taken as a string, so "--set trainer.max_duration=2ep" works.
+/// Plugin keys: "plugins.<index or name>.<key>".
+struct Override {
+  std::string key;
+  std::string value;
+  static Override parse(std::string_view text);  // "a.b=c"; throws ConfigError for a missing '=' or empty key
+};
+
+/// Reads and checks a config file. Throws ConfigError (file missing or unreadable included).
+RunConfig load_config(const std::string& path, const std::vector<Override>& overrides = {});
+/// The same for a TOML text; `source` names it in errors.
+RunConfig parse_config(std::string_view toml_text, const std::string& source,
+                       const std::vector<Override>& overrides = {});
+
+}  // namespace baton

@@ -1,0 +1,40 @@
+#pragma once
+// In-memory datasets: inputs [N, ...] float32 and integer class targets [N] int64. Fashion-MNIST and MNIST come
+// from IDX files (gzip-compressed or plain); the synthetic set is generated from a seed for tests.
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace baton {
+
+struct TensorDataset {
+  std::string name;     // "fashion-mnist/train", "synthetic/eval", ...
+  at::Tensor inputs;    // float32 [N, C, H, W], normalised
+  at::Tensor targets;   // int64 [N]
+  std::int64_t num_classes = 10;
+  std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
+};
+
+struct Batch {
+  at::Tensor inputs;
+  at::Tensor targets;
+  std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
+};
+
+/// Loads the train or test split of an IDX dataset folder holding train-images-idx3-ubyte[.gz],
+/// train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz].
+/// Pixels become float32 in [0, 1], then normalised with the split-independent mean/std of that dataset.
+/// `subset` > 0 keeps the first `subset` samples. Throws baton::Error naming the file on a missing file, a bad
+/// magic number, mismatched counts or a truncated file.
+TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
+                               const std::string& name = "idx");
+
+/// A seeded, learnable 10-class dataset of 1x28x28 images (class-dependent patterns plus noise), identical for the
+/// same seed on every machine.
+TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name = "synthetic");
+
+/// The rows `indices` (int64 [B]) of a dataset.
+Batch gather_batch(const TensorDataset& data, const at::Tensor& indices);
+
+}  // namespace baton

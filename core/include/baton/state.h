@@ -1,0 +1,75 @@
+#pragma once
+// The trainer's state as plugins see it: time, model, optimizer, latest metrics, run folder, and a way to ask the
+// run to stop. No LibTorch here: the model and optimizer are forward-declared, and a plugin that touches them
+// includes <torch/nn/module.h> / <torch/optim/optimizer.h> itself.
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "baton/export.h"
+#include "baton/state_dict.h"
+#include "baton/time.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+}
+}  // namespace torch
+
+namespace baton {
+
+/// A checkpoint being written. Valid only during batch_checkpoint / epoch_checkpoint / iteration_checkpoint when
+/// a save is due (State::checkpoint is null otherwise). Files added here are written into the checkpoint folder
+/// before it is committed, so they appear atomically with it.
+class BATON_API CheckpointInProgress {
+ public:
+  virtual ~CheckpointInProgress();
+  /// The folder the checkpoint will have once committed, e.g. "runs/x/checkpoints/ep2".
+  virtual const std::string& path() const = 0;
+  /// Adds a safetensors file (tensors of `content`, its scalars as metadata), e.g. "ema.safetensors".
+  virtual void add_tensors_file(const std::string& filename, const StateDict& content) = 0;
+  /// Runs fn(path) once the checkpoint is committed (complete on disk); an exception there is reported as a
+  /// warning naming the plugin and does not undo the checkpoint.
+  virtual void after_commit(std::function<void(const std::string& path)> fn) = 0;
+};
+
+struct BATON_API State {
+  /// Time so far and the run's length.
+  Progress progress;
+  const Timestamp& timestamp() const { return progress.now; }
+
+  torch::nn::Module* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  /// "cpu", "cuda", "cuda:1".
+  std::string device = "cpu";
+
+  /// Latest value of every logged metric: "train/loss", "eval/accuracy", plugin metrics.
+  std::map<std::string, double> metrics;
+  /// The prefix of the evaluation running now ("eval"); empty outside evaluation.
+  std::string eval_label;
+
+  /// The run folder (metrics.jsonl, checkpoints/); empty when the run writes nothing.
+  std::string run_dir;
+  /// The newest committed checkpoint folder; empty when there is none yet.
+  std::string last_checkpoint;
+  /// Non-null during *_checkpoint events when a save is due.
+  CheckpointInProgress* checkpoint = nullptr;
+
+  int rank = 0;
+  int world_size = 1;
+
+  /// Asks the trainer to stop after the current batch (it still fires batch_end, checkpoints and fit_end).
+  void request_stop(std::string reason);
+  bool stop_requested() const { return stop_requested_; }
+  const std::string& stop_reason() const { return stop_reason_; }
+
+ private:
+  bool stop_requested_ = false;
+  std::string stop_reason_;
+};
+
+}  // namespace baton

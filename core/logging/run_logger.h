@@ -1,0 +1,48 @@
+#pragma once
+// The run's logger: every metric goes to State::metrics, to <run folder>/metrics.jsonl (one JSON object per line:
+// {"epoch":..,"batch":..,"sample":..,"<name>":<value>, ...}, one line per flush), and to the console as a plain line
+// or a progress bar (see progress.h). Only rank 0 writes files and prints.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "baton/logger.h"
+#include "baton/state.h"
+
+namespace baton {
+
+struct RunLoggerOptions {
+  std::string metrics_path;  // empty: no metrics.jsonl
+  bool console = true;       // print info/warn lines and eval summaries
+  bool quiet = false;        // only warnings and errors
+  int rank = 0;
+  std::FILE* out = stderr;   // where console lines go (tests pass a temporary file)
+};
+
+class RunLogger final : public Logger {
+ public:
+  RunLogger(State& state, RunLoggerOptions options);
+  ~RunLogger() override;
+
+  void log_metric(std::string_view name, double value) override;
+  void info(std::string_view message) override;
+  void warn(std::string_view message) override;
+
+  /// Writes the metrics logged since the last flush as one metrics.jsonl line stamped with the state's current
+  /// timestamp, and fsyncs nothing (a crash loses at most the last line). No-op when nothing is pending.
+  void flush();
+  /// Every warning so far, for the end-of-run summary.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  State& state_;
+  RunLoggerOptions options_;
+  std::ofstream metrics_file_;
+  std::map<std::string, double> pending_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace baton

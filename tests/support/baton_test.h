@@ -1,0 +1,28 @@
+#pragma once
+// Include this first in every test file that uses LibTorch. c10 is built with glog, whose CHECK macros would
+// silently replace doctest's (or be replaced by them) depending on include order; this fixes the order: glog's
+// are defined, removed, then doctest's are defined, and c10's header guard keeps glog's from coming back.
+#include <c10/util/Logging.h>
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace baton::test {
+
+/// A fresh, empty folder under the build tree's test scratch area, named after the test.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto dir = std::filesystem::path(BATON_BINARY_DIR) / "test-scratch" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace baton::test
