@@ -3,11 +3,13 @@
 # code they test, build one test executable per component, run as one process (libtorch starts are costly).
 #
 #   baton_component(NAME <name> SOURCES <files> [DEPENDS <components>] [LIBS <link libraries>]
-#                   [TESTS <test files>] [TEST_LIBS <extra libraries for the tests>])
+#                   [TESTS <test files>] [TEST_LIBS <extra libraries for the tests>] [TEST_SHARED])
+# TEST_SHARED links the tests against libbaton.so instead of the components' objects: needed when the tests load
+# plugins, which link libbaton.so themselves (two copies of the SDK's typeinfo would not compare equal).
 set_property(GLOBAL PROPERTY BATON_COMPONENTS "")
 
 function(baton_component)
-  cmake_parse_arguments(C "" "NAME" "SOURCES;DEPENDS;LIBS;TESTS;TEST_LIBS" ${ARGN})
+  cmake_parse_arguments(C "TEST_SHARED" "NAME" "SOURCES;DEPENDS;LIBS;TESTS;TEST_LIBS" ${ARGN})
   set(target baton_${C_NAME})
   add_library(${target} OBJECT ${C_SOURCES})
   target_include_directories(${target} PUBLIC
@@ -22,7 +24,14 @@ function(baton_component)
   set_property(GLOBAL APPEND PROPERTY BATON_COMPONENTS ${C_NAME})
   set_property(TARGET ${target} PROPERTY BATON_DEPENDS ${C_DEPENDS})
 
-  if(BATON_BUILD_TESTS AND C_TESTS)
+  if(BATON_BUILD_TESTS AND C_TESTS AND C_TEST_SHARED)
+    add_executable(${C_NAME}_tests ${C_TESTS} $<TARGET_OBJECTS:baton_test_main>)
+    target_link_libraries(${C_NAME}_tests PRIVATE baton ${C_LIBS} doctest::doctest ${C_TEST_LIBS})
+    target_include_directories(${C_NAME}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests/support ${PROJECT_SOURCE_DIR}/core)
+    target_compile_definitions(${C_NAME}_tests PRIVATE
+      BATON_SOURCE_DIR="${PROJECT_SOURCE_DIR}" BATON_BINARY_DIR="${CMAKE_BINARY_DIR}")
+    add_test(NAME ${C_NAME} COMMAND ${C_NAME}_tests --no-intro=true)
+  elseif(BATON_BUILD_TESTS AND C_TESTS)
     # The test links its own component and every component it depends on, transitively, as objects, so a
     # component's tests build and run while other components are still being written.
     set(objects "")
