@@ -16,11 +16,13 @@
 #include "baton/state_dict.h"
 #include "baton/time.h"
 
+#include "baton/export.h"
+
 namespace baton {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
-struct CheckpointData {
+struct BATON_API CheckpointData {
   Timestamp timestamp;
   std::string config_text;  // the resolved config, for reference
   /// Named sections: "model", "optimizer", "trainer", "plugin/<id>", ... in order.
@@ -32,13 +34,13 @@ struct CheckpointData {
   const StateDict* section(const std::string& name) const;
 };
 
-struct CheckpointInfo {
+struct BATON_API CheckpointInfo {
   std::string path;
   std::string name;
   Timestamp timestamp;
 };
 
-class CheckpointStore {
+class BATON_API CheckpointStore {
  public:
   /// `dir` is created on the first save. Stale temporary folders of interrupted saves are removed here.
   CheckpointStore(std::string dir, std::int64_t keep_last);
@@ -63,12 +65,12 @@ class CheckpointStore {
 
 /// Checks a checkpoint folder completely (meta.json, file sizes and crc32s, safetensors headers).
 /// Throws CheckpointError naming the file and the problem.
-void verify_checkpoint(const std::string& path);
+BATON_API void verify_checkpoint(const std::string& path);
 
 /// Verifies and loads a checkpoint folder. Throws CheckpointError naming the file and the problem.
-CheckpointData load_checkpoint(const std::string& path);
+BATON_API CheckpointData load_checkpoint(const std::string& path);
 
 /// Reads only meta.json's timestamp and name (cheap; no verification of the data files).
-CheckpointInfo read_checkpoint_info(const std::string& path);
+BATON_API CheckpointInfo read_checkpoint_info(const std::string& path);
 
 }  // namespace baton

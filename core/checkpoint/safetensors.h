@@ -11,21 +11,23 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/export.h"
+
 namespace baton {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-struct FileDigest {
+struct BATON_API FileDigest {
   std::uint64_t bytes = 0;
   std::uint32_t crc32 = 0;  // zlib crc32 of the whole file
 };
 
 /// Writes tensors (any device; copied to CPU, made contiguous) and string metadata to `path`, then fsyncs it.
 /// Supported dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL. Throws baton::Error naming the file and tensor.
-FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
+BATON_API FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 
-struct SafetensorsContents {
+struct BATON_API SafetensorsContents {
   NamedTensors tensors;  // CPU tensors, in file order
   std::map<std::string, std::string> metadata;
 };
@@ -33,6 +35,6 @@ struct SafetensorsContents {
 /// Reads and validates a file: header length within the file, JSON well formed, dtypes known, offsets in order,
 /// inside the data and matching the shapes. Throws CheckpointError naming the file and what is wrong
 /// ("truncated: header says 1234 bytes, file has 1000").
-SafetensorsContents read_safetensors(const std::string& path);
+BATON_API SafetensorsContents read_safetensors(const std::string& path);
 
 }  // namespace baton

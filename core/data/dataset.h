@@ -6,9 +6,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct TensorDataset {
+struct BATON_API TensorDataset {
   std::string name;     // "fashion-mnist/train", "synthetic/eval", ...
   at::Tensor inputs;    // float32 [N, C, H, W], normalised
   at::Tensor targets;   // int64 [N]
@@ -16,7 +18,7 @@ struct TensorDataset {
   std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
 };
 
-struct Batch {
+struct BATON_API Batch {
   at::Tensor inputs;
   at::Tensor targets;
   std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
@@ -27,14 +29,14 @@ struct Batch {
 /// Pixels become float32 in [0, 1], then normalised with the split-independent mean/std of that dataset.
 /// `subset` > 0 keeps the first `subset` samples. Throws baton::Error naming the file on a missing file, a bad
 /// magic number, mismatched counts or a truncated file.
-TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
+BATON_API TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
                                const std::string& name = "idx");
 
 /// A seeded, learnable 10-class dataset of 1x28x28 images (class-dependent patterns plus noise), identical for the
 /// same seed on every machine.
-TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name = "synthetic");
+BATON_API TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name = "synthetic");
 
 /// The rows `indices` (int64 [B]) of a dataset.
-Batch gather_batch(const TensorDataset& data, const at::Tensor& indices);
+BATON_API Batch gather_batch(const TensorDataset& data, const at::Tensor& indices);
 
 }  // namespace baton

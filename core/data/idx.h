@@ -5,14 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct IdxArray {
+struct BATON_API IdxArray {
   std::vector<std::int64_t> shape;
   std::vector<std::uint8_t> data;  // product(shape) bytes
 };
 
 /// Reads an IDX file of unsigned bytes (type code 0x08). Throws baton::Error naming the file and the problem.
-IdxArray read_idx_file(const std::string& path);
+BATON_API IdxArray read_idx_file(const std::string& path);
 
 }  // namespace baton

@@ -7,9 +7,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct SamplerOptions {
+struct BATON_API SamplerOptions {
   std::int64_t dataset_size = 0;
   std::int64_t batch_size = 1;
   bool shuffle = true;
@@ -19,7 +21,7 @@ struct SamplerOptions {
   int world_size = 1;
 };
 
-class BatchSampler {
+class BATON_API BatchSampler {
  public:
   explicit BatchSampler(SamplerOptions options);  // throws baton::Error on bad sizes
   std::int64_t batches_per_epoch() const;

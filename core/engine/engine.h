@@ -11,15 +11,17 @@
 
 #include "baton/plugin.h"
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct EngineEntry {
+struct BATON_API EngineEntry {
   std::string id;
   Algorithm* algorithm = nullptr;
   Callback* callback = nullptr;
 };
 
-class Engine {
+class BATON_API Engine {
  public:
   Engine(State& state, Logger& logger);
 

@@ -9,9 +9,11 @@
 
 #include "baton/plugin.h"
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct PluginInfo {
+struct BATON_API PluginInfo {
   std::string path;  // the file, absolute
   std::string name;
   std::string version;
@@ -22,7 +24,7 @@ struct PluginInfo {
   std::string kind;  // "algorithm" | "callback"
 };
 
-struct LoadedPlugin {
+struct BATON_API LoadedPlugin {
   PluginInfo info;
   std::string id;                  // unique within a run: the name, or "<name>#<n>" for a repeated plugin
   std::shared_ptr<Plugin> plugin;  // its deleter keeps the library loaded
@@ -30,12 +32,12 @@ struct LoadedPlugin {
   Callback* callback = nullptr;
 };
 
-struct LoaderOptions {
+struct BATON_API LoaderOptions {
   std::vector<std::string> search_paths;  // searched in order after the built-in folder and BATON_PLUGIN_PATH
   bool allow_insecure = false;            // accept plugin files/folders writable by group or others
 };
 
-class PluginLoader {
+class BATON_API PluginLoader {
  public:
   explicit PluginLoader(LoaderOptions options = {});
 
@@ -66,6 +68,6 @@ class PluginLoader {
 };
 
 /// The folder of the running executable (from /proc/self/exe).
-std::string executable_dir();
+BATON_API std::string executable_dir();
 
 }  // namespace baton

@@ -9,9 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct ProgressOptions {
+struct BATON_API ProgressOptions {
   std::string label;          // "epoch 1/3", "eval"
   std::int64_t total = 0;     // steps; 0 when unknown
   std::string unit = "ba";    // shown after the rate: "12.3 ba/s"
@@ -20,7 +22,7 @@ struct ProgressOptions {
   std::int64_t plain_every = 50;
 };
 
-class ProgressBar {
+class BATON_API ProgressBar {
  public:
   explicit ProgressBar(ProgressOptions options);
   ~ProgressBar();  // finishes the line if finish() was not called
@@ -42,6 +44,6 @@ class ProgressBar {
 };
 
 /// Whether `out` is an interactive terminal (isatty), false under CI=true.
-bool is_terminal(std::FILE* out);
+BATON_API bool is_terminal(std::FILE* out);
 
 }  // namespace baton

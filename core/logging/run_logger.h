@@ -12,9 +12,11 @@
 #include "baton/logger.h"
 #include "baton/state.h"
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct RunLoggerOptions {
+struct BATON_API RunLoggerOptions {
   std::string metrics_path;  // empty: no metrics.jsonl
   bool console = true;       // print info/warn lines and eval summaries
   bool quiet = false;        // only warnings and errors
@@ -22,7 +24,7 @@ struct RunLoggerOptions {
   std::FILE* out = stderr;   // where console lines go (tests pass a temporary file)
 };
 
-class RunLogger final : public Logger {
+class BATON_API RunLogger final : public Logger {
  public:
   RunLogger(State& state, RunLoggerOptions options);
   ~RunLogger() override;

@@ -9,9 +9,11 @@
 
 #include <torch/nn/modules/container/any.h>
 
+#include "baton/export.h"
+
 namespace baton {
 
-struct ModelSpec {
+struct BATON_API ModelSpec {
   std::string name = "convnet";       // mlp | convnet
   std::vector<std::int64_t> widths;   // empty: the model's default (mlp {256, 128}, convnet {32, 64})
   std::int64_t input_channels = 1;
@@ -21,6 +23,6 @@ struct ModelSpec {
 
 /// Builds the model with LibTorch's default initialisation (so the global RNG seed decides the weights).
 /// Throws baton::Error for an unknown name.
-torch::nn::AnyModule make_model(const ModelSpec& spec);
+BATON_API torch::nn::AnyModule make_model(const ModelSpec& spec);
 
 }  // namespace baton
