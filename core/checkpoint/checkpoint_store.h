@@ -59,6 +59,9 @@ class BATON_API CheckpointStore {
   std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings) const;
 
  private:
+  /// Removes the oldest checkpoints beyond keep_last, never `keep` (the one just saved).
+  void prune(const std::string& keep) const;
+
   std::string dir_;
   std::int64_t keep_last_;
 };

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/error.h"
 #include "baton/export.h"
 
 namespace baton {
@@ -36,5 +37,23 @@ struct BATON_API SafetensorsContents {
 /// inside the data and matching the shapes. Throws CheckpointError naming the file and what is wrong
 /// ("truncated: header says 1234 bytes, file has 1000").
 BATON_API SafetensorsContents read_safetensors(const std::string& path);
+
+/// Validates the header and the data layout (everything read_safetensors checks) without reading the tensor
+/// bytes. Throws SafetensorsError.
+BATON_API void validate_safetensors(const std::string& path);
+
+/// What read_safetensors and validate_safetensors throw: what() is "<file>: <problem>"; the parts are kept apart
+/// so a caller can report the problem under its own prefix (e.g. a checkpoint folder).
+class BATON_API SafetensorsError : public CheckpointError {
+ public:
+  SafetensorsError(std::string file, std::string problem);
+  ~SafetensorsError() override;
+  const std::string& file() const noexcept { return file_; }
+  const std::string& problem() const noexcept { return problem_; }
+
+ private:
+  std::string file_;
+  std::string problem_;
+};
 
 }  // namespace baton

@@ -1,1 +1,189 @@
-int main(){}
+// The baton command line: train, check, eval, plugins.
+// Exit status: 0 success, 1 a run or plugin failure, 2 a bad command line or configuration, 130 interrupted.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <ATen/Parallel.h>
+
+#include "baton/trainer.h"
+#include "config/config.h"
+#include "loader/plugin_loader.h"
+#include "trainer/run.h"
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;
+
+struct CommonArgs {
+  std::string config_path;
+  std::vector<std::string> sets;
+  bool allow_insecure = false;
+};
+
+void add_common(CLI::App* cmd, CommonArgs& args) {
+  cmd->add_option("config", args.config_path, "TOML run configuration")->required();
+  cmd->add_option("--set", args.sets, "override a key: section.key=value (repeatable)");
+  cmd->add_flag("--allow-insecure-plugins", args.allow_insecure,
+                "load plugin files even when others may write to them");
+}
+
+baton::RunConfig load(const CommonArgs& args) {
+  std::vector<baton::Override> overrides;
+  for (const auto& s : args.sets) overrides.push_back(baton::Override::parse(s));
+  return baton::load_config(args.config_path, overrides);
+}
+
+std::string fixed(double value, int precision = 4) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", precision, value);
+  return buffer;
+}
+
+// The end-of-run table: one row per evaluation, one column per eval metric.
+void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
+  if (evals.empty()) return;
+  std::vector<std::string> columns;
+  for (const auto& record : evals)
+    for (const auto& [name, value] : record.metrics)
+      if (name.rfind("eval", 0) == 0 && std::find(columns.begin(), columns.end(), name) == columns.end())
+        columns.push_back(name);
+  std::printf("\n%6s %8s", "epoch", "batch");
+  for (const auto& c : columns) std::printf(" %16s", c.c_str());
+  std::printf("\n");
+  for (const auto& record : evals) {
+    std::printf("%6lld %8lld", static_cast<long long>(record.at.epoch), static_cast<long long>(record.at.batch));
+    for (const auto& c : columns) {
+      auto it = record.metrics.find(c);
+      std::printf(" %16s", it == record.metrics.end() ? "-" : fixed(it->second).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+int run_train(const CommonArgs& args, const std::string& resume, bool trace, bool quiet) {
+  baton::RunConfig config = load(args);
+  baton::RunOptions options;
+  options.resume = resume;
+  options.trace = trace;
+  options.quiet = quiet;
+  options.allow_insecure_plugins = args.allow_insecure;
+  auto run = baton::build_run(config, options);
+  auto& logger = run->trainer->logger();
+  logger.info("baton: run folder " + run->run_dir + ", " + std::to_string(config.data.batch_size) +
+              " per batch, max_duration " + config.trainer.max_duration.str());
+  logger.info("baton: BLAS " + baton::blas_description() + ", " + std::to_string(at::get_num_threads()) +
+              " threads, device " + config.trainer.device);
+  for (const auto& p : run->plugins)
+    logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);
+  baton::install_stop_signal_handlers();
+  baton::FitResult result = run->trainer->fit();
+  print_eval_table(result.evals);
+  std::printf("\ntrained to ep %lld ba %lld in %.1f s%s%s\n", static_cast<long long>(result.end.epoch),
+              static_cast<long long>(result.end.batch), result.seconds,
+              result.stop_reason.empty() ? "" : ", stopped: ", result.stop_reason.c_str());
+  if (!result.last_checkpoint.empty()) std::printf("last checkpoint: %s\n", result.last_checkpoint.c_str());
+  if (!run->run_dir.empty()) std::printf("run folder: %s\n", run->run_dir.c_str());
+  const auto& warnings = run->trainer->warnings();
+  if (!warnings.empty()) std::printf("%zu warning(s) during the run; see above\n", warnings.size());
+  return result.stop_reason == "interrupted by a signal" ? kExitInterrupted : 0;
+}
+
+int run_check(const CommonArgs& args) {
+  baton::RunConfig config = load(args);
+  std::vector<baton::LoadedPlugin> plugins;
+  try {
+    plugins = baton::load_plugins(config, args.allow_insecure);
+  } catch (const baton::PluginError& e) {
+    // For `check` every problem found in the configuration, a plugin it names included, is a usage error.
+    throw baton::ConfigError({args.config_path, 0, 0}, "plugins", e.what());
+  }
+  std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins.size(), plugins.size() == 1 ? "" : "s");
+  return 0;
+}
+
+int run_eval(const CommonArgs& args, const std::string& checkpoint) {
+  baton::RunConfig config = load(args);
+  baton::RunOptions options;
+  options.write_run_dir = false;
+  options.quiet = true;
+  options.allow_insecure_plugins = args.allow_insecure;
+  auto run = baton::build_run(config, options);
+  baton::EvalResult result = run->trainer->evaluate_standalone(checkpoint);
+  std::printf("checkpoint %s: eval loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(),
+              fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
+  return 0;
+}
+
+int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
+  baton::LoaderOptions options;
+  options.search_paths = paths;
+  options.allow_insecure = allow_insecure;
+  baton::PluginLoader loader(options);
+  std::vector<std::string> errors;
+  auto found = loader.discover(&errors);
+  std::printf("search path:\n");
+  for (const auto& dir : loader.search_paths()) std::printf("  %s\n", dir.c_str());
+  std::printf("%-20s %-10s %-4s %-10s %-8s %s\n", "name", "version", "abi", "kind", "libtorch", "path");
+  for (const auto& p : found)
+    std::printf("%-20s %-10s %-4u %-10s %-8s %s\n", p.name.c_str(), p.version.c_str(), p.abi_version,
+                p.kind.c_str(), p.torch_version.c_str(), p.path.c_str());
+  for (const auto& e : errors) std::fprintf(stderr, "warning: %s\n", e.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"baton: a training engine for LibTorch with run-time plugins"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
+
+  CommonArgs train_args, check_args, eval_args;
+  std::string resume, checkpoint;
+  bool trace = false, quiet = false, plugins_insecure = false;
+  std::vector<std::string> plugin_paths;
+
+  auto* train = app.add_subcommand("train", "train a model as a config file describes");
+  add_common(train, train_args);
+  train->add_option("--resume", resume, "'auto' (newest valid checkpoint) or a checkpoint folder");
+  train->add_flag("--trace", trace, "print every plugin call as <plugin>/<event>");
+  train->add_flag("--quiet", quiet, "only warnings, errors and the final summary");
+
+  auto* check = app.add_subcommand("check", "validate a config file and its plugins; exit 0 or 2");
+  add_common(check, check_args);
+
+  auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation set");
+  add_common(eval, eval_args);
+  eval->add_option("--checkpoint", checkpoint, "checkpoint folder")->required();
+
+  auto* plugins = app.add_subcommand("plugins", "list the plugins found, with name, version and ABI");
+  plugins->add_option("--path", plugin_paths, "extra folder to search (repeatable)");
+  plugins->add_flag("--allow-insecure-plugins", plugins_insecure, "list plugin files others may write to");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  try {
+    if (*train) return run_train(train_args, resume, trace, quiet);
+    if (*check) return run_check(check_args);
+    if (*eval) return run_eval(eval_args, checkpoint);
+    if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
+  } catch (const baton::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailure;
+  }
+  return kExitUsage;
+}

@@ -1,0 +1,487 @@
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+using baton::ConfigError;
+using baton::Override;
+using baton::RunConfig;
+using baton::Time;
+using baton::TimeUnit;
+
+namespace {
+
+struct Failure {
+  std::string what;
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string key;
+};
+
+// The ConfigError that parsing `text` (as "cfg.toml") throws; the test fails when none is thrown.
+Failure failure(const std::string& text, const std::vector<std::string>& sets = {}) {
+  std::vector<Override> overrides;
+  for (const auto& s : sets) overrides.push_back(Override::parse(s));
+  try {
+    baton::parse_config(text, "cfg.toml", overrides);
+  } catch (const ConfigError& e) {
+    return Failure{e.what(), e.where().file, e.where().line, e.where().column, e.key()};
+  }
+  FAIL("no ConfigError for: " << text);
+  return {};
+}
+
+RunConfig parse(const std::string& text, const std::vector<std::string>& sets = {}) {
+  std::vector<Override> overrides;
+  for (const auto& s : sets) overrides.push_back(Override::parse(s));
+  return baton::parse_config(text, "cfg.toml", overrides);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::filesystem::path scratch(const std::string& name) {
+  auto dir = std::filesystem::path(BATON_BINARY_DIR) / "test-scratch" / ("config-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void write(const std::filesystem::path& file, const std::string& text) {
+  std::filesystem::create_directories(file.parent_path());
+  std::ofstream(file) << text;
+}
+
+}  // namespace
+
+TEST_SUITE("config") {
+  TEST_CASE("an empty file gives every default") {
+    const RunConfig c = parse("");
+    CHECK(c.source == "cfg.toml");
+    CHECK(c.run.name == "baton");
+    CHECK(c.run.dir == "runs");
+    CHECK(c.run.seed == 42);
+    CHECK(c.data.dataset == "fashion-mnist");
+    CHECK(c.data.path == "/usr/share/datasets/fashion-mnist");
+    CHECK(c.data.batch_size == 128);
+    CHECK(c.data.eval_batch_size == 1000);
+    CHECK(c.data.train_subset == 0);
+    CHECK(c.data.eval_subset == 0);
+    CHECK(c.data.synthetic_train_size == 2048);
+    CHECK(c.data.synthetic_eval_size == 512);
+    CHECK(c.model.name == "convnet");
+    CHECK(c.model.widths == std::vector<std::int64_t>{32, 64});
+    CHECK(c.optimizer.name == "sgd");
+    CHECK(c.optimizer.lr == 0.05);
+    CHECK(c.optimizer.weight_decay == 0);
+    CHECK(c.optimizer.momentum == 0.9);
+    CHECK(c.optimizer.beta1 == 0.9);
+    CHECK(c.optimizer.beta2 == 0.999);
+    CHECK(c.optimizer.eps == 1e-8);
+    CHECK(c.scheduler.name == "constant");
+    CHECK(c.scheduler.warmup == Time(0, TimeUnit::batch));
+    CHECK(c.scheduler.min_lr_ratio == 0);
+    CHECK(c.trainer.max_duration == Time(1, TimeUnit::epoch));
+    CHECK(c.trainer.eval_interval == Time(1, TimeUnit::epoch));
+    CHECK(c.trainer.device == "cpu");
+    CHECK(c.trainer.threads == 0);
+    CHECK(c.trainer.log_interval == Time(50, TimeUnit::batch));
+    CHECK(c.trainer.progress);
+    CHECK(c.checkpoint.save_interval == Time(1, TimeUnit::epoch));
+    CHECK(c.checkpoint.keep_last == 0);
+    CHECK(c.checkpoint.dir == "runs/baton/checkpoints");
+    CHECK(c.plugins.empty());
+    CHECK(c.plugin_search_paths.empty());
+    CHECK_FALSE(c.allow_insecure_plugins);
+  }
+
+  TEST_CASE("every key is read") {
+    const RunConfig c = parse(R"(
+[run]
+name = "exp"
+dir = "out"
+seed = 7
+[data]
+dataset = "mnist"
+path = "data/mnist"
+batch_size = 64
+eval_batch_size = 200
+train_subset = 1000
+eval_subset = 100
+synthetic_train_size = 10
+synthetic_eval_size = 5
+[model]
+name = "mlp"
+widths = [300, 100, 50]
+[optimizer]
+name = "adamw"
+lr = 1
+weight_decay = 0.01
+momentum = 0
+beta1 = 0.8
+beta2 = 0.99
+eps = 1e-6
+[scheduler]
+name = "cosine"
+warmup = "0.1dur"
+min_lr_ratio = 0.1
+[trainer]
+max_duration = "3000sp"
+eval_interval = "100ba"
+device = "cuda:1"
+threads = 2
+log_interval = "10ba"
+progress = false
+[checkpoint]
+save_interval = "200ba"
+keep_last = 3
+dir = "ckpt"
+[plugin_search]
+paths = ["/opt/plugins"]
+allow_insecure = true
+)");
+    CHECK(c.run.name == "exp");
+    CHECK(c.run.dir == "out");
+    CHECK(c.run.seed == 7);
+    CHECK(c.data.dataset == "mnist");
+    CHECK(c.data.path == "data/mnist");  // relative to the working directory, untouched
+    CHECK(c.data.batch_size == 64);
+    CHECK(c.data.eval_batch_size == 200);
+    CHECK(c.data.train_subset == 1000);
+    CHECK(c.data.eval_subset == 100);
+    CHECK(c.data.synthetic_train_size == 10);
+    CHECK(c.data.synthetic_eval_size == 5);
+    CHECK(c.model.name == "mlp");
+    CHECK(c.model.widths == std::vector<std::int64_t>{300, 100, 50});
+    CHECK(c.optimizer.name == "adamw");
+    CHECK(c.optimizer.lr == 1.0);  // an integer where a float is expected
+    CHECK(c.optimizer.weight_decay == 0.01);
+    CHECK(c.optimizer.momentum == 0);
+    CHECK(c.optimizer.beta1 == 0.8);
+    CHECK(c.optimizer.beta2 == 0.99);
+    CHECK(c.optimizer.eps == 1e-6);
+    CHECK(c.scheduler.name == "cosine");
+    CHECK(c.scheduler.warmup.str() == "0.1dur");
+    CHECK(c.scheduler.min_lr_ratio == 0.1);
+    CHECK(c.trainer.max_duration.str() == "3000sp");
+    CHECK(c.trainer.eval_interval.str() == "100ba");
+    CHECK(c.trainer.device == "cuda:1");
+    CHECK(c.trainer.threads == 2);
+    CHECK(c.trainer.log_interval.str() == "10ba");
+    CHECK_FALSE(c.trainer.progress);
+    CHECK(c.checkpoint.save_interval.str() == "200ba");
+    CHECK(c.checkpoint.keep_last == 3);
+    CHECK(c.checkpoint.dir == "ckpt");
+    CHECK(c.plugin_search_paths == std::vector<std::string>{"/opt/plugins"});
+    CHECK(c.allow_insecure_plugins);
+  }
+
+  TEST_CASE("data.path and model.widths defaults follow the choices") {
+    CHECK(parse("[data]\ndataset = \"mnist\"").data.path == "/usr/share/datasets/mnist");
+    CHECK(parse("[data]\ndataset = \"fashion-mnist\"").data.path == "/usr/share/datasets/fashion-mnist");
+    CHECK(parse("[data]\ndataset = \"synthetic\"").data.path.empty());
+    CHECK(parse("[data]\ndataset = \"mnist\"\npath = \"/x\"").data.path == "/x");
+    CHECK(parse("[model]\nname = \"mlp\"").model.widths == std::vector<std::int64_t>{256, 128});
+    CHECK(parse("[model]\nname = \"mlp\"\nwidths = []").model.widths.empty());
+    CHECK(parse("[run]\ndir = \"r\"\nname = \"n\"").checkpoint.dir == "r/n/checkpoints");
+  }
+
+  TEST_CASE("a TOML syntax error gives the parser's line, column and description") {
+    const Failure f = failure("[run]\nname = \"x\"\n[data\nbatch_size = 1\n");
+    CHECK(f.line == 3);
+    CHECK(f.column == 6);
+    CHECK(contains(f.what, "cfg.toml:3:6: "));
+    CHECK(contains(f.what, "expected ']'"));
+    const Failure twice = failure("[run]\nseed = 1\nseed = 2\n");
+    CHECK(twice.line == 3);
+    CHECK(contains(twice.what, "cfg.toml:3:"));
+    CHECK(contains(twice.what, "seed"));
+  }
+
+  TEST_CASE("unknown sections and keys are reported at the key") {
+    const Failure section = failure("[run]\nseed = 1\n\n[trainr]\nmax_duration = \"1ep\"\n");
+    CHECK(section.what.rfind("cfg.toml:4:2: trainr: unknown section; expected one of run, data,", 0) == 0);
+    const Failure key = failure("[run]\nseed = 1\n  nmae = \"x\"\n");
+    CHECK(key.what.rfind("cfg.toml:3:3: run.nmae: unknown key; [run] has name, dir, seed", 0) == 0);
+    const Failure top = failure("seed = 1\n");
+    CHECK(top.what.rfind("cfg.toml:1:1: seed: unknown section", 0) == 0);
+    const Failure search = failure("[plugin_search]\npath = [\"x\"]\n");
+    CHECK(search.what.rfind("cfg.toml:2:1: plugin_search.path: unknown key", 0) == 0);
+  }
+
+  TEST_CASE("wrong types name what was expected and what was found") {
+    CHECK(failure("[data]\nbatch_size = \"big\"\n").what ==
+          "cfg.toml:2:14: data.batch_size: expected an integer, got string \"big\"");
+    // A float is never taken for an integer, not even 2.0.
+    CHECK(failure("[data]\nbatch_size = 2.0\n").what ==
+          "cfg.toml:2:14: data.batch_size: expected an integer, got float 2.0");
+    CHECK(failure("[optimizer]\nlr = \"0.1\"\n").what ==
+          "cfg.toml:2:6: optimizer.lr: expected a number, got string \"0.1\"");
+    CHECK(failure("[trainer]\nprogress = 1\n").what ==
+          "cfg.toml:2:12: trainer.progress: expected a boolean, got integer 1");
+    CHECK(failure("[run]\nname = 5\n").what == "cfg.toml:2:8: run.name: expected a string, got integer 5");
+    CHECK(failure("run = 3\n").what == "cfg.toml:1:7: run: expected a table, got integer 3");
+    CHECK(failure("[model]\nwidths = 64\n").what ==
+          "cfg.toml:2:10: model.widths: expected an array of integers, got integer 64");
+    CHECK(failure("[model]\nwidths = [32, \"64\"]\n").what ==
+          "cfg.toml:2:15: model.widths[1]: expected an integer, got string \"64\"");
+    CHECK(failure("[plugin_search]\npaths = \"dir\"\n").what ==
+          "cfg.toml:2:9: plugin_search.paths: expected an array of strings, got string \"dir\"");
+    CHECK(failure("[plugin_search]\nallow_insecure = \"yes\"\n").what ==
+          "cfg.toml:2:18: plugin_search.allow_insecure: expected a boolean, got string \"yes\"");
+    CHECK(failure("[optimizer]\nlr = nan\n").what ==
+          "cfg.toml:2:6: optimizer.lr: expected a finite number, got float nan");
+  }
+
+  TEST_CASE("out-of-range values and unknown choices") {
+    CHECK(failure("[data]\nbatch_size = 0\n").what ==
+          "cfg.toml:2:14: data.batch_size: expected an integer >= 1, got integer 0");
+    CHECK(failure("[checkpoint]\nkeep_last = -1\n").what ==
+          "cfg.toml:2:13: checkpoint.keep_last: expected an integer >= 0, got integer -1");
+    CHECK(failure("[optimizer]\nlr = 0\n").what == "cfg.toml:2:6: optimizer.lr: expected a number > 0, got integer 0");
+    CHECK(failure("[optimizer]\nmomentum = 1.0\n").what ==
+          "cfg.toml:2:12: optimizer.momentum: expected a number in [0, 1), got float 1.0");
+    CHECK(failure("[optimizer]\nweight_decay = -0.5\n").what ==
+          "cfg.toml:2:16: optimizer.weight_decay: expected a number >= 0, got float -0.5");
+    CHECK(failure("[scheduler]\nmin_lr_ratio = 1.5\n").what ==
+          "cfg.toml:2:16: scheduler.min_lr_ratio: expected a number in [0, 1], got float 1.5");
+    CHECK(failure("[model]\nwidths = [32, 0]\n").what ==
+          "cfg.toml:2:15: model.widths[1]: expected an integer >= 1, got integer 0");
+    CHECK(failure("[model]\nwidths = []\n").what ==
+          "cfg.toml:2:10: model.widths: expected at least one width for convnet, got array []");
+    CHECK(failure("[optimizer]\nname = \"sgdd\"\n").what ==
+          "cfg.toml:2:8: optimizer.name: expected one of \"sgd\", \"adam\", \"adamw\", got string \"sgdd\"");
+    CHECK(failure("[data]\ndataset = \"cifar\"\n").what ==
+          "cfg.toml:2:11: data.dataset: expected one of \"fashion-mnist\", \"mnist\", \"synthetic\", got string "
+          "\"cifar\"");
+    CHECK(failure("[model]\nname = \"resnet\"\n").key == "model.name");
+    CHECK(failure("[scheduler]\nname = \"step\"\n").key == "scheduler.name");
+    CHECK(failure("[trainer]\ndevice = \"gpu\"\n").what ==
+          "cfg.toml:2:10: trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", got string \"gpu\"");
+    CHECK(failure("[trainer]\ndevice = \"cuda:x\"\n").key == "trainer.device");
+    CHECK(parse("[trainer]\ndevice = \"cuda\"\n").trainer.device == "cuda");
+    CHECK(failure("[trainer]\nthreads = -2\n").key == "trainer.threads");
+    CHECK(failure("[run]\nname = \"\"\n").what == "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
+  }
+
+  TEST_CASE("time strings and the units each key allows") {
+    const Failure bad = failure("[trainer]\nmax_duration = \"3epochs\"\n");
+    CHECK(bad.what.rfind("cfg.toml:2:16: trainer.max_duration: invalid time \"3epochs\"", 0) == 0);
+    CHECK(contains(bad.what, "ep, ba, sp, tok, iter"));
+    CHECK(failure("[trainer]\nmax_duration = 3\n").what ==
+          "cfg.toml:2:16: trainer.max_duration: expected a time string such as \"2ep\", got integer 3");
+    CHECK(failure("[trainer]\nmax_duration = \"0.5dur\"\n").what ==
+          "cfg.toml:2:16: trainer.max_duration: expected a time in ep, ba or sp, got string \"0.5dur\"");
+    CHECK(failure("[trainer]\nmax_duration = \"0ep\"\n").what ==
+          "cfg.toml:2:16: trainer.max_duration: expected a time > 0, got string \"0ep\"");
+    CHECK(failure("[trainer]\neval_interval = \"64sp\"\n").what ==
+          "cfg.toml:2:17: trainer.eval_interval: expected a time in ep, ba or dur, got string \"64sp\"");
+    CHECK(failure("[trainer]\neval_interval = \"1.5dur\"\n").what ==
+          "cfg.toml:2:17: trainer.eval_interval: expected a fraction of the run <= 1dur, got string \"1.5dur\"");
+    CHECK(failure("[trainer]\nlog_interval = \"1ep\"\n").what ==
+          "cfg.toml:2:16: trainer.log_interval: expected a time in ba, got string \"1ep\"");
+    CHECK(failure("[checkpoint]\nsave_interval = \"0.5dur\"\n").what ==
+          "cfg.toml:2:17: checkpoint.save_interval: expected a time in ep or ba, got string \"0.5dur\"");
+    CHECK(failure("[scheduler]\nwarmup = \"100sp\"\n").what ==
+          "cfg.toml:2:10: scheduler.warmup: expected a time in ba, ep or dur, got string \"100sp\"");
+    CHECK(failure("[trainer]\nmax_duration = \"1.5ep\"\n").key == "trainer.max_duration");
+    CHECK(parse("[trainer]\neval_interval = \"0ep\"\n").trainer.eval_interval == Time(0, TimeUnit::epoch));
+    CHECK(parse("[scheduler]\nwarmup = \"2ep\"\n").scheduler.warmup == Time(2, TimeUnit::epoch));
+  }
+
+  TEST_CASE("[[plugins]] tables") {
+    const RunConfig c = parse(R"([run]
+seed = 1
+
+[[plugins]]
+name = "label_smoothing"
+alpha = 0.1
+every = "2ba"
+
+[[plugins]]
+path = "/opt/libcustom.so"
+)");
+    REQUIRE(c.plugins.size() == 2);
+    CHECK(c.plugins[0].name == "label_smoothing");
+    CHECK(c.plugins[0].path.empty());
+    CHECK(c.plugins[0].where.line == 4);
+    CHECK(c.plugins[0].where.column == 1);
+    CHECK(c.plugins[0].config.plugin_name() == "label_smoothing");
+    CHECK(c.plugins[0].config.keys() == std::vector<std::string>{"alpha", "every"});
+    CHECK(c.plugins[0].config.get<double>("alpha") == 0.1);
+    CHECK(c.plugins[0].config.get<Time>("every") == Time(2, TimeUnit::batch));
+    CHECK(c.plugins[0].config.where("every").line == 7);
+    CHECK(c.plugins[0].config.where("every").column == 9);
+    CHECK(c.plugins[1].name.empty());
+    CHECK(c.plugins[1].path == "/opt/libcustom.so");
+    CHECK(c.plugins[1].config.keys().empty());
+    CHECK(c.plugins[1].where.line == 9);
+    // Plugins' own keys keep their lines for the plugin's errors.
+    try {
+      c.plugins[0].config.get<int>("alpha");
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == "cfg.toml:6:9: plugins.label_smoothing.alpha: expected an integer, got float 0.1");
+    }
+  }
+
+  TEST_CASE("[[plugins]] errors") {
+    CHECK(failure("[[plugins]]\nname = \"a\"\npath = \"b.so\"\n").what ==
+          "cfg.toml:1:1: plugins.0: expected exactly one of 'name' or 'path', got both");
+    CHECK(failure("[[plugins]]\nname = \"a\"\n\n[[plugins]]\nalpha = 1\n").what ==
+          "cfg.toml:4:1: plugins.1: expected exactly one of 'name' or 'path', got neither");
+    CHECK(failure("[[plugins]]\nname = 3\n").what == "cfg.toml:2:8: plugins.0.name: expected a string, got integer 3");
+    CHECK(failure("[[plugins]]\npath = \"\"\n").what ==
+          "cfg.toml:2:8: plugins.0.path: expected a non-empty string, got string \"\"");
+    CHECK(failure("plugins = 3\n").what ==
+          "cfg.toml:1:11: plugins: expected an array of tables ([[plugins]]), got integer 3");
+    CHECK(failure("plugins = [{name = \"a\"}, 3]\n").what == "cfg.toml:1:26: plugins.1: expected a table, got integer 3");
+  }
+
+  TEST_CASE("overrides replace and add values before checking") {
+    const RunConfig c = parse("[trainer]\nmax_duration = \"1ep\"\n[optimizer]\nlr = 0.5\n",
+                              {"trainer.max_duration=2ep", "optimizer.lr=0.1", "run.name=\"exp 1\"",
+                               "data.batch_size=64", "model.widths=[8, 16]", "trainer.progress=false",
+                               "trainer.device=cuda:0", "scheduler.name=cosine"});
+    CHECK(c.trainer.max_duration == Time(2, TimeUnit::epoch));
+    CHECK(c.optimizer.lr == 0.1);
+    CHECK(c.run.name == "exp 1");  // sections absent from the file are created
+    CHECK(c.data.batch_size == 64);
+    CHECK(c.model.widths == std::vector<std::int64_t>{8, 16});
+    CHECK_FALSE(c.trainer.progress);
+    CHECK(c.trainer.device == "cuda:0");
+    CHECK(c.scheduler.name == "cosine");
+    CHECK(c.checkpoint.dir == "runs/exp 1/checkpoints");
+    // Later overrides win.
+    CHECK(parse("", {"run.seed=1", "run.seed=2"}).run.seed == 2);
+  }
+
+  TEST_CASE("a wrong override gives the same error, located at the --set") {
+    CHECK(failure("[data]\nbatch_size = 32\n", {"data.batch_size=abc"}).what ==
+          "--set data.batch_size=abc: data.batch_size: expected an integer, got string \"abc\"");
+    CHECK(failure("", {"data.batch_size=0"}).what ==
+          "--set data.batch_size=0: data.batch_size: expected an integer >= 1, got integer 0");
+    CHECK(failure("", {"trainer.max_duration=0.5dur"}).what ==
+          "--set trainer.max_duration=0.5dur: trainer.max_duration: expected a time in ep, ba or sp, got string "
+          "\"0.5dur\"");
+    CHECK(failure("", {"model.widths=[1, 0]"}).what ==
+          "--set model.widths=[1, 0]: model.widths[1]: expected an integer >= 1, got integer 0");
+    const Failure unknown = failure("[run]\nseed = 1\n", {"run.sed=3"});
+    CHECK(unknown.what.rfind("--set run.sed=3: run.sed: unknown key; [run] has name, dir, seed", 0) == 0);
+    CHECK(unknown.line == 0);
+    CHECK(failure("", {"foo.bar=1"}).what.rfind("--set foo.bar=1: foo.bar: unknown section 'foo'", 0) == 0);
+    CHECK(failure("", {"trainer=1"}).what.rfind("--set trainer=1: trainer: expected section.key", 0) == 0);
+    CHECK(failure("", {"trainer.a.b=1"}).what == "--set trainer.a.b=1: trainer.a.b: expected trainer.<key>");
+    CHECK(failure("", {"run..seed=1"}).key == "run..seed");
+  }
+
+  TEST_CASE("Override::parse") {
+    const Override o = Override::parse("trainer.max_duration=2ep");
+    CHECK(o.key == "trainer.max_duration");
+    CHECK(o.value == "2ep");
+    CHECK(Override::parse("run.name=a=b").value == "a=b");
+    CHECK(Override::parse("run.name=").value.empty());
+    try {
+      Override::parse("trainer.max_duration");
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == "--set trainer.max_duration: expected section.key=value, got no '='");
+    }
+    CHECK_THROWS_AS(Override::parse("=3"), ConfigError);
+  }
+
+  TEST_CASE("plugin overrides by index and by name") {
+    const std::string file = "[[plugins]]\nname = \"ema\"\ndecay = 0.9\n\n[[plugins]]\nname = \"clip\"\nmax = 1.0\n";
+    const RunConfig c = parse(file, {"plugins.0.decay=0.99", "plugins.clip.max=2", "plugins.clip.mode=\"norm\""});
+    REQUIRE(c.plugins.size() == 2);
+    CHECK(c.plugins[0].config.get<double>("decay") == 0.99);
+    CHECK(c.plugins[1].config.get<double>("max") == 2.0);
+    CHECK(c.plugins[1].config.get<std::string>("mode") == "norm");
+    // A wrongly typed plugin override is reported by the plugin's read, at the --set.
+    const RunConfig wrong = parse(file, {"plugins.ema.decay=high"});
+    try {
+      wrong.plugins[0].config.get<double>("decay");
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) ==
+            "--set plugins.ema.decay=high: plugins.ema.decay: expected a number, got string \"high\"");
+    }
+    CHECK(failure(file, {"plugins.nope.decay=1"}).what ==
+          "--set plugins.nope.decay=1: plugins.nope.decay: unknown plugin 'nope'; the [[plugins]] entries are 'ema', "
+          "'clip', or use the 0-based index");
+    CHECK(failure(file, {"plugins.2.decay=1"}).what ==
+          "--set plugins.2.decay=1: plugins.2.decay: no plugin at index 2; the config has 2 [[plugins]] entries "
+          "(indexes start at 0)");
+    CHECK(failure("", {"plugins.0.decay=1"}).what ==
+          "--set plugins.0.decay=1: plugins.0.decay: the config has no [[plugins]] entries to override");
+    CHECK(failure(file, {"plugins.ema=1"}).key == "plugins.ema");
+    CHECK(failure(file + "\n[[plugins]]\nname = \"ema\"\n", {"plugins.ema.decay=1"}).key == "plugins.ema.decay");
+  }
+
+  TEST_CASE("load_config reads a file and resolves plugin paths against its folder") {
+    const auto dir = scratch("load");
+    write(dir / "sub" / "run.toml", R"([run]
+dir = "out"
+[data]
+path = "rel/data"
+[plugin_search]
+paths = ["plugins", "/abs/plugins"]
+[[plugins]]
+path = "lib/libmine.so"
+)");
+    const std::string file = (dir / "sub" / "run.toml").string();
+    const RunConfig c = baton::load_config(file, {Override::parse("plugin_search.paths=[\"cli\"]")});
+    CHECK(c.source == file);
+    CHECK(c.run.dir == "out");          // relative to the working directory
+    CHECK(c.data.path == "rel/data");   // relative to the working directory
+    REQUIRE(c.plugins.size() == 1);
+    CHECK(c.plugins[0].path == (dir / "sub" / "lib" / "libmine.so").string());
+    // Paths typed in a --set are relative to the working directory.
+    CHECK(c.plugin_search_paths == std::vector<std::string>{"cli"});
+    const RunConfig from_file = baton::load_config(file);
+    CHECK(from_file.plugin_search_paths ==
+          std::vector<std::string>{(dir / "sub" / "plugins").string(), "/abs/plugins"});
+    // Errors name the file given.
+    write(dir / "bad.toml", "[run]\nseed = \"x\"\n");
+    const std::string bad = (dir / "bad.toml").string();
+    try {
+      baton::load_config(bad);
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == bad + ":2:8: run.seed: expected an integer, got string \"x\"");
+    }
+  }
+
+  TEST_CASE("load_config: a missing or unreadable file names the file") {
+    const auto dir = scratch("missing");
+    const std::string missing = (dir / "nope.toml").string();
+    try {
+      baton::load_config(missing);
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == missing + ": cannot open the config file: No such file or directory");
+      CHECK(e.where().file == missing);
+    }
+    try {
+      baton::load_config(dir.string());
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == dir.string() + ": cannot read the config file: it is a directory");
+    }
+  }
+
+  TEST_CASE("the shipped example configs are valid") {
+    int checked = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(BATON_SOURCE_DIR) / "configs")) {
+      if (entry.path().extension() != ".toml") continue;
+      CAPTURE(entry.path().string());
+      CHECK_NOTHROW(baton::load_config(entry.path().string()));
+      ++checked;
+    }
+    CHECK(checked > 0);
+  }
+}

@@ -1,0 +1,379 @@
+#include "baton/plugin_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "config/toml_node.h"
+
+namespace baton {
+namespace toml_detail {
+namespace {
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+[[noreturn]] void mismatch(const toml::node& node, std::string_view expected) {
+  throw Mismatch{&node, "", "expected " + std::string(expected) + ", got " + describe(node)};
+}
+
+template <class T, class Element>
+std::vector<T> to_vector(const toml::node& node, std::string_view expected, Element element) {
+  const toml::array* array = node.as_array();
+  if (array == nullptr) mismatch(node, expected);
+  std::vector<T> out;
+  out.reserve(array->size());
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    try {
+      out.push_back(element((*array)[i]));
+    } catch (Mismatch& m) {
+      m.suffix = "[" + std::to_string(i) + "]" + m.suffix;
+      throw;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string quote(std::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+namespace {
+
+// The shortest decimal that reads back as the same double; "2.0" keeps a float recognisable as one.
+std::string float_text(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
+  char buffer[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  std::string out = buffer;
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";
+  return out;
+}
+
+std::string value_text(const toml::node& node) {
+  if (const auto* v = node.as_string()) return quote(v->get());
+  if (const auto* v = node.as_floating_point()) return float_text(v->get());
+  if (const auto* v = node.as_integer()) return std::to_string(v->get());
+  if (const auto* v = node.as_boolean()) return v->get() ? "true" : "false";
+  if (const auto* array = node.as_array()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < array->size(); ++i) out += (i == 0 ? "" : ", ") + value_text((*array)[i]);
+    return out + "]";
+  }
+  if (node.is_table()) return "{...}";
+  std::ostringstream text;  // dates and times print as TOML writes them
+  node.visit([&](const auto& concrete) { text << concrete; });
+  return text.str();
+}
+
+}  // namespace
+
+std::string describe(const toml::node& node) {
+  if (node.is_table()) return "table";
+  std::string shown = value_text(node);
+  // Long arrays would drown the message; the start is enough to recognise the value.
+  constexpr std::size_t kMaxShown = 60;
+  if (shown.size() > kMaxShown) shown = shown.substr(0, kMaxShown) + "...";
+  return std::string(type_name(node.type())) + " " + shown;
+}
+
+SourceLocation location_of(const toml::source_region& source, const std::string& file) {
+  if (source.path && *source.path != file) return SourceLocation{*source.path, 0, 0};
+  return SourceLocation{file, static_cast<int>(source.begin.line), static_cast<int>(source.begin.column)};
+}
+
+bool to_bool(const toml::node& node) {
+  if (const auto* v = node.as_boolean()) return v->get();
+  mismatch(node, "a boolean");
+}
+
+std::int64_t to_int(const toml::node& node) {
+  if (const auto* v = node.as_integer()) return v->get();
+  mismatch(node, "an integer");
+}
+
+int to_int32(const toml::node& node) {
+  const std::int64_t value = to_int(node);
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())
+    mismatch(node, "an integer in [-2147483648, 2147483647]");
+  return static_cast<int>(value);
+}
+
+double to_double(const toml::node& node) {
+  double value = 0;
+  if (const auto* f = node.as_floating_point())
+    value = f->get();
+  else if (const auto* i = node.as_integer())
+    value = static_cast<double>(i->get());
+  else
+    mismatch(node, "a number");
+  if (!std::isfinite(value)) mismatch(node, "a finite number");
+  return value;
+}
+
+std::string to_string(const toml::node& node) {
+  if (const auto* v = node.as_string()) return v->get();
+  mismatch(node, "a string");
+}
+
+Time to_time(const toml::node& node) {
+  const auto* v = node.as_string();
+  if (v == nullptr) mismatch(node, "a time string such as \"2ep\"");
+  try {
+    return Time::parse(v->get());
+  } catch (const TimeError& e) {
+    throw Mismatch{&node, "", e.what()};
+  }
+}
+
+std::vector<std::string> to_strings(const toml::node& node) {
+  return to_vector<std::string>(node, "an array of strings", to_string);
+}
+
+std::vector<double> to_doubles(const toml::node& node) {
+  return to_vector<double>(node, "an array of numbers", to_double);
+}
+
+std::vector<std::int64_t> to_ints(const toml::node& node) {
+  return to_vector<std::int64_t>(node, "an array of integers", to_int);
+}
+
+toml::table parse_table(std::string_view text, const std::string& file) {
+  try {
+    return toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    const SourceLocation where{file, static_cast<int>(e.source().begin.line),
+                               static_cast<int>(e.source().begin.column)};
+    throw ConfigError(where, "", "TOML syntax error: " + std::string(e.description()));
+  }
+}
+
+}  // namespace toml_detail
+
+using toml_detail::Mismatch;
+
+struct PluginConfig::Impl {
+  // One per [[plugins]] table; nested views point into `root` and share the record of what was read.
+  struct Shared {
+    toml::table root;
+    std::string name;
+    std::string file;
+    std::set<std::string> read;  // dotted paths
+  };
+
+  std::shared_ptr<Shared> shared;
+  const toml::table* table = nullptr;
+  std::string prefix;  // "" for the plugin's table, "schedule." for a nested one
+  SourceLocation where;
+
+  std::string full_key(std::string_view key) const {
+    return "plugins." + shared->name + "." + prefix + std::string(key);
+  }
+
+  const toml::node* find(std::string_view key) const {
+    shared->read.insert(prefix + std::string(key));
+    return table->get(key);
+  }
+
+  SourceLocation location(const toml::node& node) const { return toml_detail::location_of(node, shared->file); }
+
+  // Keys in file order; keys set by a --set override (another source) come last.
+  std::vector<std::pair<const toml::key*, const toml::node*>> ordered() const {
+    std::vector<std::pair<const toml::key*, const toml::node*>> out;
+    for (const auto& [key, node] : *table) out.emplace_back(&key, &node);
+    const auto rank = [&](const toml::key* key) {
+      const auto& source = key->source();
+      const bool from_file = !source.path || *source.path == shared->file;
+      return std::make_tuple(!from_file, source.begin.line, source.begin.column);
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+    return out;
+  }
+
+  // Unread keys under this table; a table that was read is searched for unread keys of its own.
+  void collect_unread(std::vector<std::pair<std::string, SourceLocation>>& out) const {
+    for (const auto& [key, node] : ordered()) {
+      const std::string path = prefix + std::string(key->str());
+      if (shared->read.count(path) == 0) {
+        out.emplace_back(path, toml_detail::location_of(key->source(), shared->file));
+      } else if (const toml::table* nested = node->as_table()) {
+        Impl child{shared, nested, path + ".", location(*node)};
+        child.collect_unread(out);
+      }
+    }
+  }
+};
+
+namespace {
+
+std::shared_ptr<PluginConfig::Impl> make_impl(toml::table table, std::string name, std::string file,
+                                              SourceLocation where) {
+  auto shared = std::make_shared<PluginConfig::Impl::Shared>();
+  shared->root = std::move(table);
+  shared->name = std::move(name);
+  shared->file = std::move(file);
+  auto impl = std::make_shared<PluginConfig::Impl>();
+  impl->table = &shared->root;
+  impl->shared = std::move(shared);
+  impl->where = std::move(where);
+  return impl;
+}
+
+template <class T>
+constexpr const char* expected_type() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  if constexpr (std::is_same_v<T, int> || std::is_same_v<T, std::int64_t>) return "an integer";
+  if constexpr (std::is_same_v<T, double>) return "a number";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, Time>) return "a time string such as \"2ep\"";
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return "an array of strings";
+  if constexpr (std::is_same_v<T, std::vector<double>>) return "an array of numbers";
+  if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return "an array of integers";
+  if constexpr (std::is_same_v<T, PluginConfig>) return "a table";
+  return "";
+}
+
+template <class T>
+T convert(const toml::node& node) {
+  using namespace toml_detail;
+  if constexpr (std::is_same_v<T, bool>) return to_bool(node);
+  if constexpr (std::is_same_v<T, int>) return to_int32(node);
+  if constexpr (std::is_same_v<T, std::int64_t>) return to_int(node);
+  if constexpr (std::is_same_v<T, double>) return to_double(node);
+  if constexpr (std::is_same_v<T, std::string>) return to_string(node);
+  if constexpr (std::is_same_v<T, Time>) return to_time(node);
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return to_strings(node);
+  if constexpr (std::is_same_v<T, std::vector<double>>) return to_doubles(node);
+  if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return to_ints(node);
+}
+
+}  // namespace
+
+PluginConfig::PluginConfig() : impl_(make_impl(toml::table{}, "plugin", "<code>", SourceLocation{"<code>", 0, 0})) {}
+PluginConfig::PluginConfig(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PluginConfig::~PluginConfig() = default;
+PluginConfig::PluginConfig(const PluginConfig&) = default;
+PluginConfig& PluginConfig::operator=(const PluginConfig&) = default;
+
+PluginConfig PluginConfig::from_toml(std::string_view toml_text, std::string plugin_name, std::string file) {
+  toml::table table = toml_detail::parse_table(toml_text, file);
+  SourceLocation where = toml_detail::location_of(table.source(), file);
+  return PluginConfig(make_impl(std::move(table), std::move(plugin_name), std::move(file), std::move(where)));
+}
+
+const std::string& PluginConfig::plugin_name() const { return impl_->shared->name; }
+
+bool PluginConfig::has(std::string_view key) const { return impl_->find(key) != nullptr; }
+
+template <class T>
+T PluginConfig::get(std::string_view key) const {
+  const toml::node* node = impl_->find(key);
+  if (node == nullptr)
+    throw ConfigError(impl_->where, impl_->full_key(key),
+                      std::string("expected ") + expected_type<T>() + ", got nothing (the key is missing)");
+  if constexpr (std::is_same_v<T, PluginConfig>) {
+    const toml::table* nested = node->as_table();
+    if (nested == nullptr)
+      throw ConfigError(impl_->location(*node), impl_->full_key(key),
+                        std::string("expected a table, got ") + toml_detail::describe(*node));
+    auto child = std::make_shared<Impl>(Impl{impl_->shared, nested, impl_->prefix + std::string(key) + ".",
+                                             impl_->location(*node)});
+    return PluginConfig(std::move(child));
+  } else {
+    try {
+      return convert<T>(*node);
+    } catch (const Mismatch& m) {
+      throw ConfigError(impl_->location(*m.node), impl_->full_key(key) + m.suffix, m.message);
+    }
+  }
+}
+
+// The supported types, compiled here once and exported from libbaton.
+template BATON_API bool PluginConfig::get<bool>(std::string_view) const;
+template BATON_API int PluginConfig::get<int>(std::string_view) const;
+template BATON_API std::int64_t PluginConfig::get<std::int64_t>(std::string_view) const;
+template BATON_API double PluginConfig::get<double>(std::string_view) const;
+template BATON_API std::string PluginConfig::get<std::string>(std::string_view) const;
+template BATON_API Time PluginConfig::get<Time>(std::string_view) const;
+template BATON_API std::vector<std::string> PluginConfig::get<std::vector<std::string>>(std::string_view) const;
+template BATON_API std::vector<double> PluginConfig::get<std::vector<double>>(std::string_view) const;
+template BATON_API std::vector<std::int64_t> PluginConfig::get<std::vector<std::int64_t>>(std::string_view) const;
+template BATON_API PluginConfig PluginConfig::get<PluginConfig>(std::string_view) const;
+
+std::vector<std::string> PluginConfig::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [key, node] : impl_->ordered()) out.emplace_back(key->str());
+  return out;
+}
+
+std::vector<std::string> PluginConfig::unread_keys() const {
+  std::vector<std::pair<std::string, SourceLocation>> unread;
+  impl_->collect_unread(unread);
+  std::vector<std::string> out;
+  for (auto& entry : unread) out.push_back(std::move(entry.first));
+  return out;
+}
+
+void PluginConfig::reject_unread() const {
+  std::vector<std::pair<std::string, SourceLocation>> unread;
+  impl_->collect_unread(unread);
+  if (unread.empty()) return;
+  const auto& [path, where] = unread.front();
+  throw ConfigError(where, "plugins." + plugin_name() + "." + path,
+                    "unknown key '" + path + "' for plugin '" + plugin_name() + "'");
+}
+
+SourceLocation PluginConfig::where(std::string_view key) const {
+  const toml::node* node = impl_->table->get(key);
+  return node != nullptr ? impl_->location(*node) : impl_->where;
+}
+
+void PluginConfig::fail(std::string_view key, std::string_view message) const {
+  throw ConfigError(where(key), impl_->full_key(key), std::string(message));
+}
+
+PluginConfig toml_detail::make_plugin_config(toml::table table, std::string plugin_name, std::string file,
+                                             SourceLocation where) {
+  return PluginConfig(make_impl(std::move(table), std::move(plugin_name), std::move(file), std::move(where)));
+}
+
+}  // namespace baton

@@ -27,8 +27,8 @@ struct BATON_API Batch {
 /// Loads the train or test split of an IDX dataset folder holding train-images-idx3-ubyte[.gz],
 /// train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz].
 /// Pixels become float32 in [0, 1], then normalised with the split-independent mean/std of that dataset.
-/// `subset` > 0 keeps the first `subset` samples. Throws baton::Error naming the file on a missing file, a bad
-/// magic number, mismatched counts or a truncated file.
+/// `subset` > 0 keeps the first `subset` samples. The dataset is named "<name>/train" or "<name>/test".
+/// Throws baton::Error naming the file on a missing file, a bad magic number, mismatched counts or a truncated file.
 BATON_API TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
                                const std::string& name = "idx");
 

@@ -1,7 +1,8 @@
 #pragma once
 // Which samples make up each batch. The order of epoch e is a permutation drawn from (seed, e) alone, so any
 // (epoch, batch_in_epoch) position can be reproduced exactly after a resume without saving the permutation.
-// In a distributed run each rank takes its own strided share of the permutation.
+// In a distributed run each rank takes its own strided share of the permutation, truncated to a multiple of
+// world_size first so every rank runs the same number of batches.
 #include <cstdint>
 #include <vector>
 
@@ -25,7 +26,7 @@ class BATON_API BatchSampler {
  public:
   explicit BatchSampler(SamplerOptions options);  // throws baton::Error on bad sizes
   std::int64_t batches_per_epoch() const;
-  std::int64_t samples_per_epoch() const;  // this rank's
+  std::int64_t samples_per_epoch() const;  // this rank's: dataset_size / world_size, less the dropped last batch
   /// The permutation (or 0..N-1 without shuffle) of `epoch`, this rank's share only.
   std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
   /// The indices of batch `batch_in_epoch` of `epoch` as an int64 tensor.

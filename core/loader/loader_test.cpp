@@ -1,0 +1,445 @@
+#include "baton_test.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/version.h>
+
+#include "loader/plugin_loader.h"
+
+namespace fs = std::filesystem;
+using baton::ConfigError;
+using baton::LoadedPlugin;
+using baton::LoaderOptions;
+using baton::PluginConfig;
+using baton::PluginError;
+using baton::PluginInfo;
+using baton::PluginLoader;
+
+namespace {
+
+const fs::path kFixtures = fs::canonical(BATON_TEST_PLUGIN_DIR);
+
+std::string fixture(const std::string& name) { return (kFixtures / (name + ".so")).string(); }
+
+// The PluginError message of f(), or a marker that makes the caller's checks fail.
+template <class F>
+std::string plugin_error(F&& f) {
+  try {
+    f();
+  } catch (const PluginError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<not a PluginError: ") + e.what() + ">";
+  }
+  return "<no exception>";
+}
+
+std::string inspect_error(const std::string& path) {
+  return plugin_error([&] { PluginLoader().inspect(path); });
+}
+
+std::string load_error(const std::string& path) {
+  return plugin_error([&] { PluginLoader().load(path, PluginConfig()); });
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class RecordingLogger final : public baton::Logger {
+ public:
+  std::vector<std::pair<std::string, double>> metrics;
+  std::vector<std::string> lines;
+  void log_metric(std::string_view name, double value) override { metrics.emplace_back(name, value); }
+  void info(std::string_view message) override { lines.emplace_back(message); }
+  void warn(std::string_view message) override { lines.emplace_back(message); }
+};
+
+// Sets an environment variable for one test and restores the previous value afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Whether the dynamic loader currently has `path` mapped (RTLD_NOLOAD opens nothing new).
+bool library_is_loaded(const std::string& path) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) return false;
+  ::dlclose(handle);  // NOLOAD still took a reference
+  return true;
+}
+
+// A private copy of a fixture in a fresh folder with safe permissions, for tests that change modes or owners.
+fs::path copy_fixture(const std::string& name, const std::string& scratch) {
+  const fs::path dir = baton::test::scratch_dir(scratch);
+  fs::permissions(dir, fs::perms(0755));
+  const fs::path file = dir / (name + ".so");
+  fs::copy_file(fixture(name), file);
+  fs::permissions(file, fs::perms(0755));
+  return file;
+}
+
+const PluginInfo* find_info(const std::vector<PluginInfo>& infos, const std::string& name) {
+  auto it = std::find_if(infos.begin(), infos.end(), [&](const PluginInfo& i) { return i.name == name; });
+  return it == infos.end() ? nullptr : &*it;
+}
+
+bool any_contains(const std::vector<std::string>& lines, const std::string& a, const std::string& b) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return contains(l, a) && contains(l, b); });
+}
+
+}  // namespace
+
+TEST_SUITE("loader") {
+  TEST_CASE("a missing file is reported as not found, naming the path") {
+    const std::string path = (kFixtures / "no_such_plugin.so").string();
+    CHECK(inspect_error(path) == "plugin file not found: " + path);
+    CHECK(load_error(path) == "plugin file not found: " + path);
+  }
+
+  TEST_CASE("a file that is not a shared library carries the dynamic loader's reason") {
+    const std::string path = fixture("not_a_library");
+    const std::string message = inspect_error(path);
+    CHECK(contains(message, "cannot load " + path + ": "));
+    // glibc's dlerror() for a file that does not start with the ELF magic number.
+    CHECK(contains(message, "invalid ELF header"));
+  }
+
+  TEST_CASE("a folder given as a plugin file is refused") {
+    const std::string path = kFixtures.string();
+    CHECK(inspect_error(path) == "cannot load " + path + ": not a regular file");
+  }
+
+  TEST_CASE("a shared library without the entry point is not a baton plugin") {
+    const std::string path = fixture("fixture_no_entry");
+    CHECK(inspect_error(path) == path + " is not a baton plugin: it exports no baton_plugin_entry");
+  }
+
+  TEST_CASE("an info struct smaller than this SDK's is refused") {
+    const std::string path = fixture("fixture_small_struct");
+    const std::string message = inspect_error(path);
+    CHECK(contains(message, path + ": plugin info struct too small"));
+    // sizeof: 2 x uint32 + 4 pointers + 2 ints + 1 function pointer = 8 + 32 + 8 + 8 on LP64; the fixture stops
+    // before the function pointer.
+    CHECK(contains(message, "(48 bytes, expected 56)"));
+  }
+
+  TEST_CASE("a plugin built for another SDK ABI version is refused with both numbers") {
+    const std::string path = fixture("fixture_wrong_abi");
+    const std::string got = std::to_string(BATON_PLUGIN_ABI_VERSION + 1);
+    const std::string supported = std::to_string(BATON_PLUGIN_ABI_VERSION);
+    CHECK(contains(inspect_error(path), path + ": plugin ABI version mismatch: got " + got + ", supported " + supported));
+  }
+
+  TEST_CASE("a plugin built against another LibTorch major.minor is refused with both versions") {
+    const std::string path = fixture("fixture_wrong_torch");
+    CHECK(contains(inspect_error(path),
+                   path + ": built against LibTorch 0.1.0, this baton uses " + std::string(TORCH_VERSION)));
+  }
+
+  TEST_CASE("a plugin built with the other _GLIBCXX_USE_CXX11_ABI is refused") {
+    const std::string path = fixture("fixture_wrong_cxxabi");
+    const int ours = BATON_CXX11_ABI_VALUE;
+    const std::string message = inspect_error(path);
+    CHECK(contains(message, path + ": C++ ABI mismatch: built with _GLIBCXX_USE_CXX11_ABI=" +
+                                std::to_string(1 - ours) + ", this baton uses _GLIBCXX_USE_CXX11_ABI=" +
+                                std::to_string(ours)));
+  }
+
+  TEST_CASE("an unknown plugin kind is refused") {
+    const std::string path = fixture("fixture_bad_kind");
+    CHECK(contains(inspect_error(path), path + ": invalid plugin kind 7"));
+  }
+
+  TEST_CASE("a null create function is refused at inspection") {
+    const std::string path = fixture("fixture_null_create");
+    CHECK(inspect_error(path) == path + ": plugin 'fixture_null_create' has no create function (null)");
+  }
+
+  TEST_CASE("a create function returning null is refused at load") {
+    const std::string path = fixture("fixture_null_object");
+    CHECK(PluginLoader().inspect(path).name == "fixture_null_object");  // the info itself is fine
+    CHECK(load_error(path) == "plugin 'fixture_null_object' (" + path + "): create() returned no object (null)");
+  }
+
+  TEST_CASE("an object that is not of its declared kind is refused") {
+    const std::string path = fixture("fixture_kind_mismatch");
+    CHECK(load_error(path) == "plugin 'fixture_kind_mismatch' (" + path +
+                                  ") declares itself a callback but is not a baton::Callback");
+  }
+
+  TEST_CASE("a factory that throws becomes a PluginError naming the plugin and file") {
+    const std::string path = fixture("fixture_throws");
+    CHECK(load_error(path) == "plugin 'fixture_throws' (" + path + ") failed to start: boom");
+  }
+
+  TEST_CASE("a ConfigError from the factory passes through unchanged") {
+    const std::string path = fixture("fixture_good");
+    PluginLoader loader;
+    // Wrong type: thrown by PluginConfig::get inside the plugin's constructor.
+    CHECK_THROWS_AS(loader.load(path, PluginConfig::from_toml("threshold = \"three\"", "fixture_good", "run.toml")),
+                    ConfigError);
+    // Out of range: thrown by the plugin itself through PluginConfig::fail.
+    try {
+      loader.load(path, PluginConfig::from_toml("threshold = 0", "fixture_good", "run.toml"));
+      FAIL("threshold = 0 was accepted");
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(contains(what, "run.toml"));
+      CHECK(contains(what, "threshold"));
+      CHECK(contains(what, "must be >= 1, got 0"));
+    }
+  }
+
+  TEST_CASE("fixture_good loads, reads its config and runs") {
+    const std::string path = fixture("fixture_good");
+    LoadedPlugin loaded = PluginLoader().load(path, PluginConfig::from_toml("threshold = 3", "fixture_good"));
+    CHECK(loaded.info.path == path);
+    CHECK(loaded.info.name == "fixture_good");
+    CHECK(loaded.info.version == "1.2.3");
+    CHECK(loaded.info.description == "test algorithm that counts batch_end calls");
+    CHECK(loaded.info.kind == "algorithm");
+    CHECK(loaded.info.abi_version == BATON_PLUGIN_ABI_VERSION);
+    CHECK(loaded.info.torch_version == TORCH_VERSION);
+    CHECK(loaded.info.cxx11_abi == BATON_CXX11_ABI_VALUE);
+    CHECK(loaded.id == "fixture_good");
+    REQUIRE(loaded.algorithm != nullptr);
+    CHECK(loaded.callback == nullptr);
+    CHECK(static_cast<baton::Plugin*>(loaded.algorithm) == loaded.plugin.get());
+
+    baton::State state;
+    RecordingLogger logger;
+    CHECK(loaded.algorithm->match(baton::Event::batch_end, state));
+    CHECK_FALSE(loaded.algorithm->match(baton::Event::batch_start, state));
+    // threshold = 3: the stop request comes with the third call, not before.
+    loaded.algorithm->apply(baton::Event::batch_end, state, logger);
+    loaded.algorithm->apply(baton::Event::batch_end, state, logger);
+    CHECK_FALSE(state.stop_requested());
+    loaded.algorithm->apply(baton::Event::batch_end, state, logger);
+    CHECK(state.stop_requested());
+    CHECK(state.stop_reason() == "fixture_good: threshold 3 reached");
+    REQUIRE(logger.metrics.size() == 3);
+    CHECK(logger.metrics[0] == std::make_pair(std::string("fixture_good/calls"), 1.0));
+    CHECK(logger.metrics[2] == std::make_pair(std::string("fixture_good/calls"), 3.0));
+  }
+
+  TEST_CASE("fixture_good keeps its count in state_dict and restores it") {
+    PluginLoader loader;
+    const std::string path = fixture("fixture_good");
+    LoadedPlugin first = loader.load(path, PluginConfig::from_toml("threshold = 5", "fixture_good"));
+    baton::State state;
+    RecordingLogger logger;
+    first.algorithm->apply(baton::Event::batch_end, state, logger);
+    first.algorithm->apply(baton::Event::batch_end, state, logger);
+    baton::StateDict saved;
+    first.plugin->state_dict(saved);
+    CHECK(saved.get_int("calls") == 2);
+    CHECK(saved.get_int("threshold") == 5);
+
+    LoadedPlugin second = loader.load(path, PluginConfig::from_toml("threshold = 5", "fixture_good"));
+    second.plugin->load_state_dict(saved);
+    second.algorithm->apply(baton::Event::batch_end, state, logger);
+    REQUIRE(logger.metrics.size() == 3);
+    CHECK(logger.metrics[2].second == 3.0);  // continues from 2
+  }
+
+  TEST_CASE("an unknown plugin key is rejected, naming the key") {
+    try {
+      PluginLoader().load(fixture("fixture_good"), PluginConfig::from_toml("threshhold = 3", "fixture_good", "run.toml"));
+      FAIL("the misspelt key was accepted");
+    } catch (const ConfigError& e) {
+      CHECK(contains(e.what(), "threshhold"));
+      CHECK(contains(e.what(), "run.toml"));
+    }
+  }
+
+  TEST_CASE("fixture_callback loads as a callback and receives events") {
+    LoadedPlugin loaded = PluginLoader().load(fixture("fixture_callback"), PluginConfig());
+    CHECK(loaded.info.kind == "callback");
+    CHECK(loaded.algorithm == nullptr);
+    REQUIRE(loaded.callback != nullptr);
+    baton::State state;
+    RecordingLogger logger;
+    loaded.callback->run_event(baton::Event::batch_end, state, logger);
+    loaded.callback->run_event(baton::Event::batch_end, state, logger);
+    loaded.callback->run_event(baton::Event::epoch_end, state, logger);  // not overridden: the empty default
+    REQUIRE(logger.metrics.size() == 2);
+    CHECK(logger.metrics[1] == std::make_pair(std::string("fixture_callback/batch_end"), 2.0));
+    loaded.callback->run_event(baton::Event::fit_end, state, logger);
+    CHECK(logger.lines == std::vector<std::string>{"fixture_callback: fit_end"});
+  }
+
+  TEST_CASE("the library stays loaded while an object from it lives, and is unloaded after") {
+    // A private copy, so no other test's handle keeps this file mapped.
+    const std::string path = copy_fixture("fixture_good", "loader_lifetime").string();
+    CHECK_FALSE(library_is_loaded(path));
+    std::shared_ptr<baton::Plugin> kept;
+    baton::Algorithm* algorithm = nullptr;
+    {
+      auto loader = std::make_unique<PluginLoader>();
+      LoadedPlugin loaded = loader->load(path, PluginConfig::from_toml("threshold = 1", "fixture_good"));
+      kept = loaded.plugin;
+      algorithm = loaded.algorithm;
+      loader.reset();
+    }  // the loader and the LoadedPlugin are gone
+    CHECK(library_is_loaded(path));
+    baton::State state;
+    RecordingLogger logger;
+    algorithm->apply(baton::Event::batch_end, state, logger);  // code in the library still runs
+    CHECK(state.stop_requested());
+    REQUIRE(logger.metrics.size() == 1);
+    CHECK(logger.metrics[0].second == 1.0);
+    kept.reset();
+    CHECK_FALSE(library_is_loaded(path));
+  }
+
+  TEST_CASE("discover lists the fixtures with their info, sorted, and reports the broken ones") {
+    ScopedEnv no_env("BATON_PLUGIN_PATH", std::nullopt);
+    std::vector<std::string> errors;
+    const auto infos = PluginLoader(LoaderOptions{{kFixtures.string()}, false}).discover(&errors);
+    CHECK(std::is_sorted(infos.begin(), infos.end(),
+                         [](const PluginInfo& a, const PluginInfo& b) { return a.name < b.name; }));
+
+    const PluginInfo* good = find_info(infos, "fixture_good");
+    REQUIRE(good != nullptr);
+    CHECK(good->path == fixture("fixture_good"));
+    CHECK(good->version == "1.2.3");
+    CHECK(good->abi_version == BATON_PLUGIN_ABI_VERSION);
+    CHECK(good->kind == "algorithm");
+    const PluginInfo* callback = find_info(infos, "fixture_callback");
+    REQUIRE(callback != nullptr);
+    CHECK(callback->version == "0.4.0");
+    CHECK(callback->kind == "callback");
+    // Inspection creates nothing, so a plugin whose factory throws is still listed.
+    CHECK(find_info(infos, "fixture_throws") != nullptr);
+    CHECK(find_info(infos, "fixture_event_throws") != nullptr);
+    CHECK(find_info(infos, "fixture_wrong_abi") == nullptr);
+
+    CHECK(any_contains(errors, fixture("not_a_library"), "cannot load"));
+    CHECK(any_contains(errors, fixture("fixture_no_entry"), "exports no baton_plugin_entry"));
+    CHECK(any_contains(errors, fixture("fixture_wrong_abi"), "plugin ABI version mismatch"));
+    CHECK(any_contains(errors, fixture("fixture_wrong_torch"), "built against LibTorch 0.1.0"));
+    CHECK(any_contains(errors, fixture("fixture_wrong_cxxabi"), "C++ ABI mismatch"));
+  }
+
+  TEST_CASE("discover keeps the first of two plugins with the same name and reports the other") {
+    ScopedEnv no_env("BATON_PLUGIN_PATH", std::nullopt);
+    const fs::path copy = copy_fixture("fixture_good", "loader_duplicate");
+    std::vector<std::string> errors;
+    const auto infos =
+        PluginLoader(LoaderOptions{{kFixtures.string(), copy.parent_path().string()}, false}).discover(&errors);
+    CHECK(std::count_if(infos.begin(), infos.end(), [](const PluginInfo& i) { return i.name == "fixture_good"; }) == 1);
+    REQUIRE(find_info(infos, "fixture_good") != nullptr);
+    CHECK(find_info(infos, "fixture_good")->path == fixture("fixture_good"));
+    CHECK(any_contains(errors, copy.string() + ": duplicate plugin 'fixture_good'", fixture("fixture_good")));
+  }
+
+  TEST_CASE("resolve finds <name>.so through LoaderOptions::search_paths in order") {
+    ScopedEnv no_env("BATON_PLUGIN_PATH", std::nullopt);
+    const fs::path copy = copy_fixture("fixture_good", "loader_resolve");
+    const std::string missing = (kFixtures / "no_such_folder").string();
+    PluginLoader loader(LoaderOptions{{missing, copy.parent_path().string(), kFixtures.string()}, false});
+    CHECK(loader.resolve("fixture_good") == copy.string());  // the earlier folder wins
+    CHECK(loader.resolve("fixture_callback") == fixture("fixture_callback"));
+
+    const std::string message = plugin_error([&] { loader.resolve("no_such_plugin"); });
+    CHECK(contains(message, "plugin 'no_such_plugin' not found: no no_such_plugin.so in the plugin search path"));
+    CHECK(contains(message, "\n  " + missing));
+    CHECK(contains(message, "\n  " + copy.parent_path().string()));
+    CHECK(contains(message, "\n  " + kFixtures.string()));
+  }
+
+  TEST_CASE("resolve finds plugins through BATON_PLUGIN_PATH, before the configured folders") {
+    const fs::path copy = copy_fixture("fixture_good", "loader_env");
+    ScopedEnv env("BATON_PLUGIN_PATH", "/no/such/dir::" + kFixtures.string() + ":");
+    PluginLoader loader(LoaderOptions{{copy.parent_path().string()}, false});
+    CHECK(loader.resolve("fixture_good") == fixture("fixture_good"));
+
+    const auto paths = loader.search_paths();
+    REQUIRE(paths.size() >= 3);
+    // Empty entries ("::", trailing ':') add nothing; order: [built-in], environment, options.
+    const std::vector<std::string> tail(paths.end() - 3, paths.end());
+    CHECK(tail == std::vector<std::string>{"/no/such/dir", kFixtures.string(), copy.parent_path().string()});
+  }
+
+  TEST_CASE("search_paths starts with the built-in folder beside the executable, when it exists, and has no repeats") {
+    ScopedEnv no_env("BATON_PLUGIN_PATH", std::nullopt);
+    const fs::path builtin = fs::path(BATON_BINARY_DIR) / "lib" / "baton" / "plugins";
+    const auto paths = PluginLoader(LoaderOptions{{"/a", "/b", "/a/"}, false}).search_paths();
+    std::vector<std::string> expected;
+    if (fs::is_directory(builtin)) expected.push_back(fs::canonical(builtin).string());
+    expected.insert(expected.end(), {"/a", "/b"});
+    CHECK(paths == expected);
+  }
+
+  TEST_CASE("executable_dir is the folder of the test binary") {
+    CHECK(fs::equivalent(baton::executable_dir(), fs::path(BATON_BINARY_DIR) / "bin"));
+  }
+
+  TEST_CASE("a plugin file writable by group or others is refused unless allowed") {
+    const fs::path file = copy_fixture("fixture_good", "loader_insecure_file");
+    fs::permissions(file, fs::perms(0666));
+    const std::string message = inspect_error(file.string());
+    CHECK(contains(message, "refusing to load " + file.string()));
+    CHECK(contains(message, "file " + file.string() + " is writable by group or others (mode 0666)"));
+    CHECK(contains(message, "[plugin_search] allow_insecure = true"));
+    CHECK(contains(message, "--allow-insecure-plugins"));
+
+    LoadedPlugin loaded = PluginLoader(LoaderOptions{{}, true}).load(file.string(), PluginConfig());
+    CHECK(loaded.info.name == "fixture_good");
+  }
+
+  TEST_CASE("a plugin in a folder writable by others is refused unless allowed") {
+    const fs::path file = copy_fixture("fixture_good", "loader_insecure_folder");
+    const fs::path dir = file.parent_path();
+    fs::permissions(dir, fs::perms(0777));
+    const std::string message = inspect_error(file.string());
+    CHECK(contains(message, "folder " + dir.string() + " is writable by group or others (mode 0777)"));
+    CHECK(contains(message, "--allow-insecure-plugins"));
+    CHECK(PluginLoader(LoaderOptions{{}, true}).inspect(file.string()).name == "fixture_good");
+    fs::permissions(dir, fs::perms(0755));
+    CHECK(PluginLoader().inspect(file.string()).name == "fixture_good");
+  }
+
+  TEST_CASE("a plugin file owned by another user is refused unless allowed") {
+    const fs::path file = copy_fixture("fixture_good", "loader_foreign_owner");
+    const uid_t stranger = 54321;
+    const uid_t me = ::geteuid();
+    // Only root (or a user with CAP_CHOWN) can give a file away; elsewhere this case cannot be set up.
+    if (::chown(file.c_str(), stranger, static_cast<gid_t>(-1)) != 0) {
+      MESSAGE("skipped: cannot chown as uid " << me);
+      return;
+    }
+    const std::string message = inspect_error(file.string());
+    CHECK(contains(message, "file " + file.string() + " is owned by"));
+    CHECK(contains(message, "uid 54321"));
+    CHECK(contains(message, "neither you nor root"));
+    CHECK(PluginLoader(LoaderOptions{{}, true}).inspect(file.string()).name == "fixture_good");
+  }
+}

@@ -3,6 +3,18 @@
 // baton_plugin_info; the loader reads that struct before touching any C++ type of the plugin and refuses the file
 // with a distinct error for each way it can be wrong. The library handle is owned by every object made from it
 // (the plugin's deleter holds it), so the library outlives its objects.
+//
+// Ownership: LoadedPlugin::plugin's deleter deletes the object (through Plugin's virtual destructor, whose
+// derived part is code in the library) and only then releases its shared_ptr to the library. The library is
+// therefore unloaded when the last object made from it is gone, not when the loader or the LoadedPlugin is.
+//
+// Naming: resolve() finds a plugin by its file name, so a plugin called "ema" must be in a file "ema.so"
+// (baton_add_plugin names it so). The loader records the name from the info struct and the file separately and
+// does not require them to agree when a plugin is loaded by path.
+//
+// Security: loading a library runs its code, so a file, or the folder holding it, that is writable by group or
+// others, or owned by a user other than the current one or root, is refused unless LoaderOptions::allow_insecure
+// ([plugin_search] allow_insecure = true, or --allow-insecure-plugins).
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +39,7 @@ struct BATON_API PluginInfo {
 struct BATON_API LoadedPlugin {
   PluginInfo info;
   std::string id;                  // unique within a run: the name, or "<name>#<n>" for a repeated plugin
+                                   // (load() sets the name; whoever loads several copies numbers them)
   std::shared_ptr<Plugin> plugin;  // its deleter keeps the library loaded
   Algorithm* algorithm = nullptr;  // exactly one of these two is set
   Callback* callback = nullptr;

@@ -20,6 +20,7 @@ struct BATON_API ProgressOptions {
   std::FILE* out = stderr;
   bool terminal = false;      // draw a bar (callers pass is_terminal(out) && the user's setting)
   std::int64_t plain_every = 50;
+  std::int64_t initial = 0;   // steps already done when the bar starts (a resumed epoch); not counted in the rate
 };
 
 class BATON_API ProgressBar {
@@ -35,6 +36,9 @@ class BATON_API ProgressBar {
   static std::string format_duration(double seconds);
 
  private:
+  std::string status(const std::vector<std::pair<std::string, double>>& metrics, bool final) const;
+  void draw(const std::vector<std::pair<std::string, double>>& metrics, bool final);
+
   ProgressOptions options_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;

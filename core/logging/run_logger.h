@@ -35,6 +35,7 @@ class BATON_API RunLogger final : public Logger {
 
   /// Writes the metrics logged since the last flush as one metrics.jsonl line stamped with the state's current
   /// timestamp, and fsyncs nothing (a crash loses at most the last line). No-op when nothing is pending.
+  /// NaN and infinite values are written as null (JSON has no literal for them). The destructor flushes too.
   void flush();
   /// Every warning so far, for the end-of-run summary.
   const std::vector<std::string>& warnings() const { return warnings_; }

@@ -1,0 +1,122 @@
+#include "baton_test.h"
+
+#include <ATen/Context.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/module.h>
+
+#include <map>
+#include <string>
+
+#include "baton/error.h"
+#include "models/models.h"
+
+using namespace baton;
+
+namespace {
+
+ModelSpec spec_named(const std::string& name, std::vector<std::int64_t> widths = {}) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.widths = std::move(widths);
+  return spec;
+}
+
+std::int64_t parameter_count(const torch::nn::AnyModule& model) {
+  std::int64_t count = 0;
+  for (const auto& p : model.ptr()->parameters()) count += p.numel();
+  return count;
+}
+
+std::map<std::string, std::vector<std::int64_t>> parameter_shapes(const torch::nn::AnyModule& model) {
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& item : model.ptr()->named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  return shapes;
+}
+
+}  // namespace
+
+TEST_SUITE("models") {
+  TEST_CASE("both models map [N,1,28,28] to [N,10]") {
+    for (const auto& name : {"mlp", "convnet"}) {
+      CAPTURE(name);
+      auto model = make_model(spec_named(name));
+      const at::Tensor out = model.forward(at::zeros({3, 1, 28, 28}));
+      CHECK(out.sizes().vec() == std::vector<std::int64_t>{3, 10});
+    }
+  }
+
+  TEST_CASE("the default mlp has the hand-computed parameter count and readable names") {
+    auto model = make_model(spec_named("mlp"));
+    CHECK(parameter_count(model) == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+    const auto shapes = parameter_shapes(model);
+    CHECK(shapes.size() == 6);
+    CHECK(shapes.at("layers.0.weight") == std::vector<std::int64_t>{256, 784});
+    CHECK(shapes.at("layers.2.weight") == std::vector<std::int64_t>{128, 256});
+    CHECK(shapes.at("layers.4.bias") == std::vector<std::int64_t>{10});
+  }
+
+  TEST_CASE("widths are honoured") {
+    auto mlp = make_model(spec_named("mlp", {64}));
+    CHECK(parameter_count(mlp) == 784 * 64 + 64 + 64 * 10 + 10);
+
+    auto conv = make_model(spec_named("convnet", {8, 16, 4}));
+    const auto shapes = parameter_shapes(conv);
+    CHECK(shapes.at("features.0.weight") == std::vector<std::int64_t>{8, 1, 3, 3});
+    CHECK(shapes.at("features.4.weight") == std::vector<std::int64_t>{16, 8, 3, 3});
+    CHECK(shapes.at("features.8.weight") == std::vector<std::int64_t>{4, 16, 3, 3});
+    CHECK(shapes.count("features.0.bias") == 0);  // convolutions have no bias
+    // 28 -> 14 -> 7 -> 3 after three poolings: 4 channels of 3x3 feed the classifier.
+    CHECK(shapes.at("classifier.0.weight") == std::vector<std::int64_t>{128, 4 * 3 * 3});
+    CHECK(shapes.at("classifier.2.weight") == std::vector<std::int64_t>{10, 128});
+    CHECK(conv.forward(at::zeros({2, 1, 28, 28})).sizes().vec() == std::vector<std::int64_t>{2, 10});
+  }
+
+  TEST_CASE("the convnet's BatchNorm statistics are buffers") {
+    auto model = make_model(spec_named("convnet"));
+    const auto buffers = model.ptr()->named_buffers();
+    for (const auto* layer : {"features.1", "features.5"}) {
+      CAPTURE(layer);
+      const std::string prefix = layer;
+      REQUIRE(buffers.contains(prefix + ".running_mean"));
+      REQUIRE(buffers.contains(prefix + ".running_var"));
+      REQUIRE(buffers.contains(prefix + ".num_batches_tracked"));
+      CHECK((buffers[prefix + ".num_batches_tracked"].scalar_type() == at::kLong));
+    }
+    CHECK(buffers["features.5.running_mean"].size(0) == 64);
+    // Default widths {32, 64}: 28 -> 14 -> 7, so 64 * 7 * 7 inputs to the first classifier layer.
+    CHECK(parameter_shapes(model).at("classifier.0.weight") == std::vector<std::int64_t>{128, 64 * 7 * 7});
+  }
+
+  TEST_CASE("the global seed decides the weights") {
+    for (const auto& name : {"mlp", "convnet"}) {
+      CAPTURE(name);
+      at::manual_seed(123);
+      auto a = make_model(spec_named(name));
+      at::manual_seed(123);
+      auto b = make_model(spec_named(name));
+      at::manual_seed(124);
+      auto c = make_model(spec_named(name));
+      const auto pa = a.ptr()->parameters(), pb = b.ptr()->parameters(), pc = c.ptr()->parameters();
+      REQUIRE(pa.size() == pb.size());
+      bool all_equal = true, any_differs = false;
+      for (std::size_t i = 0; i < pa.size(); ++i) {
+        all_equal = all_equal && at::equal(pa[i], pb[i]);
+        any_differs = any_differs || !at::equal(pa[i], pc[i]);
+      }
+      CHECK(all_equal);
+      CHECK(any_differs);
+    }
+  }
+
+  TEST_CASE("bad model specs are errors naming the model") {
+    try {
+      make_model(spec_named("resnet"));
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("resnet") != std::string::npos);
+    }
+    CHECK_THROWS_AS(make_model(spec_named("mlp", {0})), Error);
+    CHECK_THROWS_AS(make_model(spec_named("convnet", {4, 4, 4, 4, 4, 4})), Error);  // 28 halves to 0
+  }
+}

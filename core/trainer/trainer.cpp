@@ -1,0 +1,681 @@
+#include "baton/trainer.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Reduction.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/optimizer_state.h"
+#include "checkpoint/safetensors.h"
+#include "data/sampler.h"
+#include "engine/engine.h"
+#include "logging/progress.h"
+#include "logging/run_logger.h"
+
+namespace fs = std::filesystem;
+
+namespace baton {
+namespace {
+
+std::atomic<int> g_signal_count{0};
+
+void on_stop_signal(int) {
+  // Only async-signal-safe work here: count, and on the second signal leave at once.
+  if (g_signal_count.fetch_add(1) >= 1) _exit(130);
+}
+
+std::string format_timestamp(const Timestamp& t) {
+  return "ep " + std::to_string(t.epoch) + " ba " + std::to_string(t.batch);
+}
+
+std::string format_number(double value, int precision = 4) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(precision);
+  out << value;
+  return out.str();
+}
+
+bool is_zero(const Time& t) { return t.value() == 0; }
+
+NamedTensors named_parameters(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+NamedTensors named_state(const torch::nn::Module& module) {
+  NamedTensors out = named_parameters(module);
+  for (const auto& item : module.named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+// Collects the files plugins add to a checkpoint being written, and what they want run once it is committed.
+class PendingCheckpoint final : public CheckpointInProgress {
+ public:
+  explicit PendingCheckpoint(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const override { return path_; }
+  void add_tensors_file(const std::string& filename, const StateDict& content) override {
+    if (filename.empty() || filename.find('/') != std::string::npos || filename == "state.safetensors" ||
+        filename == "meta.json")
+      throw Error("a plugin may not add checkpoint file '" + filename + "'");
+    files.emplace_back(filename, content);
+  }
+  void after_commit(std::function<void(const std::string&)> fn) override { commit_hooks.push_back(std::move(fn)); }
+
+  std::vector<std::pair<std::string, StateDict>> files;
+  std::vector<std::function<void(const std::string&)>> commit_hooks;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+std::string blas_description() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        auto base = fs::path(name).filename().string();
+        if (base.rfind("libblas", 0) == 0 || base.rfind("libopenblas", 0) == 0 || base.rfind("libmkl_rt", 0) == 0) {
+          std::error_code ec;
+          auto real = fs::canonical(name, ec);
+          *static_cast<std::string*>(data) = ec ? name : real.string();
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  if (found.empty()) return "unknown (no BLAS library loaded)";
+  if (found.find("openblas") != std::string::npos) return "OpenBLAS (" + found + ")";
+  if (found.find("mkl") != std::string::npos) return "MKL (" + found + ")";
+  if (found.find("blis") != std::string::npos) return "BLIS (" + found + ")";
+  if (found.find("atlas") != std::string::npos) return "ATLAS (" + found + ")";
+  return "reference BLAS, slow: install libopenblas0-pthread (" + found + ")";
+}
+
+struct Trainer::Impl {
+  Impl(torch::nn::AnyModule model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in, TensorDataset train_in,
+       TensorDataset eval_in, TrainerOptions options_in)
+      : options(std::move(options_in)),
+        model(std::move(model_in)),
+        module(model.ptr()),
+        optimizer(std::move(optimizer_in)),
+        train(std::move(train_in)),
+        eval(std::move(eval_in)),
+        sampler(SamplerOptions{train.size(), options.batch_size, /*shuffle=*/true, /*drop_last=*/false,
+                               options.seed, options.rank, options.world_size}) {
+    if (!optimizer) throw Error("the trainer needs an optimizer");
+    state.device = options.device;
+    state.rank = options.rank;
+    state.world_size = options.world_size;
+    state.run_dir = options.run_dir;
+    state.model = module.get();
+    state.optimizer = optimizer.get();
+    state.progress.max_duration = options.max_duration;
+    state.progress.batches_per_epoch = sampler.batches_per_epoch();
+    state.progress.samples_per_epoch = sampler.samples_per_epoch();
+
+    RunLoggerOptions log_options;
+    if (!options.run_dir.empty()) log_options.metrics_path = (fs::path(options.run_dir) / "metrics.jsonl").string();
+    log_options.quiet = options.quiet;
+    log_options.rank = options.rank;
+    logger = std::make_unique<RunLogger>(state, log_options);
+    engine = std::make_unique<Engine>(state, *logger);
+    if (options.trace)
+      engine->set_trace([this](const std::string& line) {
+        if (options.rank == 0) std::fprintf(stderr, "trace: %s\n", line.c_str());
+      });
+    if (!options.run_dir.empty()) {
+      std::string dir = options.checkpoint_dir.empty() ? (fs::path(options.run_dir) / "checkpoints").string()
+                                                       : options.checkpoint_dir;
+      store = std::make_unique<CheckpointStore>(dir, options.keep_last);
+    }
+    module->to(at::Device(options.device));
+    for (auto& group : optimizer->param_groups()) base_lrs.push_back(group.options().get_lr());
+  }
+
+  // --- events --------------------------------------------------------------------------------------------------
+
+  void fire(Event event) { engine->fire(event); }
+
+  void ensure_init() {
+    if (initialised) return;
+    initialised = true;
+    fire(Event::init);
+  }
+
+  // --- checkpoints ---------------------------------------------------------------------------------------------
+
+  CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& extra_files) {
+    CheckpointData data;
+    data.timestamp = state.progress.now;
+    data.config_text = options.config_text;
+
+    StateDict model_state;
+    for (auto& [name, tensor] : named_state(*module)) model_state.set_tensor(name, tensor.detach());
+    data.sections.emplace_back("model", std::move(model_state));
+    data.sections.emplace_back("optimizer", export_optimizer_state(*optimizer, named_parameters(*module)));
+
+    StateDict trainer_state;
+    trainer_state.set_int("seed", static_cast<std::int64_t>(options.seed));
+    trainer_state.set_int("world_size", options.world_size);
+    trainer_state.set_int("batch_size", options.batch_size);
+    {
+      auto generator = at::globalContext().defaultGenerator(at::kCPU);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      trainer_state.set_tensor("rng/cpu", generator.get_state());
+    }
+    for (const auto& [name, value] : state.metrics) trainer_state.set_double("metric/" + name, value);
+    data.sections.emplace_back("trainer", std::move(trainer_state));
+
+    for (const auto& [id, plugin] : plugins) {
+      StateDict plugin_state;
+      try {
+        plugin->state_dict(plugin_state);
+      } catch (const std::exception& e) {
+        throw PluginError("plugin '" + id + "' failed to save its state: " + e.what());
+      }
+      data.sections.emplace_back("plugin/" + id, std::move(plugin_state));
+    }
+    data.files = extra_files;
+    return data;
+  }
+
+  std::string checkpoint_name(TimeUnit unit) const {
+    const auto& now = state.progress.now;
+    if (unit == TimeUnit::epoch && now.batch_in_epoch == 0) return "ep" + std::to_string(now.epoch);
+    return "ba" + std::to_string(now.batch);
+  }
+
+  // Fires a checkpoint event; when `save` is set, plugins may add files to the checkpoint, which is then written.
+  void checkpoint_event(Event event, bool save, TimeUnit unit) {
+    if (!save || !store) {
+      fire(event);
+      return;
+    }
+    PendingCheckpoint pending((fs::path(store->dir()) / checkpoint_name(unit)).string());
+    state.checkpoint = &pending;
+    try {
+      fire(event);
+    } catch (...) {
+      state.checkpoint = nullptr;
+      throw;
+    }
+    state.checkpoint = nullptr;
+    write_checkpoint(checkpoint_name(unit), pending.files, pending.commit_hooks);
+  }
+
+  void write_checkpoint(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
+                        const std::vector<std::function<void(const std::string&)>>& hooks) {
+    if (options.rank != 0) return;
+    auto started = std::chrono::steady_clock::now();
+    std::string path = store->save(name, capture(files));
+    state.last_checkpoint = path;
+    last_save_batch = state.progress.now.batch;
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!options.quiet) logger->info("checkpoint " + path + " (" + format_number(seconds, 2) + " s)");
+    for (const auto& hook : hooks) {
+      try {
+        hook(path);
+      } catch (const std::exception& e) {
+        logger->warn(std::string("after saving ") + path + ": " + e.what());
+      }
+    }
+  }
+
+  void restore_model(const CheckpointData& data, const std::string& path) {
+    const StateDict* saved = data.section("model");
+    if (!saved) throw CheckpointError("checkpoint " + path + " has no model section");
+    c10::NoGradGuard no_grad;
+    auto expected = named_state(*module);
+    for (auto& [name, tensor] : expected) {
+      if (!saved->has_tensor(name))
+        throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is missing");
+      at::Tensor value = saved->tensor(name);
+      if (value.sizes() != tensor.sizes() || value.scalar_type() != tensor.scalar_type()) {
+        std::ostringstream msg;
+        msg << "checkpoint " << path << ": model tensor '" << name << "' is " << value.scalar_type()
+            << value.sizes() << " in the checkpoint but " << tensor.scalar_type() << tensor.sizes()
+            << " in the model";
+        throw CheckpointError(msg.str());
+      }
+      tensor.copy_(value);
+    }
+    if (saved->tensor_keys().size() != expected.size()) {
+      for (const auto& key : saved->tensor_keys()) {
+        bool known = false;
+        for (const auto& item : expected) known = known || item.first == key;
+        if (!known)
+          throw CheckpointError("checkpoint " + path + ": tensor '" + key + "' does not belong to this model");
+      }
+    }
+  }
+
+  void load(const std::string& path, bool with_training_state) {
+    fire(Event::before_load);
+    CheckpointData data = load_checkpoint(path);
+    restore_model(data, path);
+    if (with_training_state) {
+      if (const StateDict* saved = data.section("optimizer"))
+        import_optimizer_state(*optimizer, named_parameters(*module), *saved);
+      if (const StateDict* saved = data.section("trainer")) {
+        if (saved->has("seed") && saved->get_int("seed") != static_cast<std::int64_t>(options.seed))
+          logger->warn("checkpoint " + path + " was written with seed " + std::to_string(saved->get_int("seed")) +
+                       ", this run uses " + std::to_string(options.seed) + ": the data order will differ");
+        if (saved->has_tensor("rng/cpu")) {
+          auto generator = at::globalContext().defaultGenerator(at::kCPU);
+          std::lock_guard<std::mutex> lock(generator.mutex());
+          generator.set_state(saved->tensor("rng/cpu"));
+        }
+        for (const auto& key : saved->keys())
+          if (key.rfind("metric/", 0) == 0) state.metrics[key.substr(7)] = saved->get_double(key);
+      }
+      state.progress.now = data.timestamp;
+      last_save_batch = data.timestamp.batch;
+    }
+    for (const auto& [id, plugin] : plugins) {
+      const StateDict* saved = data.section("plugin/" + id);
+      try {
+        plugin->load_state_dict(saved ? *saved : StateDict());
+      } catch (const ConfigError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw PluginError("plugin '" + id + "' failed to load its state from " + path + ": " + e.what());
+      }
+    }
+    for (const auto& [name, section] : data.sections) {
+      if (name.rfind("plugin/", 0) != 0) continue;
+      std::string id = name.substr(7);
+      bool present = false;
+      for (const auto& p : plugins) present = present || p.first == id;
+      if (!present) logger->warn("checkpoint " + path + " holds state of plugin '" + id + "', which this run does not use");
+    }
+    state.last_checkpoint = path;
+    fire(Event::after_load);
+  }
+
+  void resume() {
+    if (options.resume.empty()) return;
+    std::string path = options.resume;
+    if (path == "auto") {
+      if (!store) throw Error("--resume auto needs a run folder");
+      std::vector<std::string> warnings;
+      auto newest = store->newest_valid(warnings);
+      for (const auto& w : warnings) logger->warn(w);
+      if (!newest) {
+        logger->info("no checkpoint to resume from in " + store->dir() + ": starting fresh");
+        return;
+      }
+      path = newest->path;
+    }
+    load(path, /*with_training_state=*/true);
+    logger->info("resumed from " + path + " at " + format_timestamp(state.progress.now));
+  }
+
+  // --- evaluation ----------------------------------------------------------------------------------------------
+
+  at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
+    if (options.loss) return options.loss(output, target);
+    return at::cross_entropy_loss(output, target);
+  }
+
+  EvalResult run_evaluation(const std::string& label) {
+    at::Device device(options.device);
+    state.eval_label = label;
+    fire(Event::eval_before_all);
+    fire(Event::eval_start);
+    bool was_training = module->is_training();
+    module->eval();
+    auto started = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::int64_t correct = 0, seen = 0;
+    {
+      c10::NoGradGuard no_grad;
+      std::int64_t n = eval.size();
+      for (std::int64_t begin = 0; begin < n; begin += options.eval_batch_size) {
+        std::int64_t end = std::min(n, begin + options.eval_batch_size);
+        fire(Event::eval_batch_start);
+        at::Tensor inputs = eval.inputs.slice(0, begin, end).to(device);
+        at::Tensor targets = eval.targets.slice(0, begin, end).to(device);
+        fire(Event::eval_before_forward);
+        at::Tensor output = model.forward(inputs);
+        fire(Event::eval_after_forward);
+        loss_sum += compute_loss(output, targets).item<double>() * static_cast<double>(end - begin);
+        correct += output.argmax(1).eq(targets).sum().item<std::int64_t>();
+        seen += end - begin;
+        fire(Event::eval_batch_end);
+      }
+    }
+    if (was_training) module->train();
+    EvalResult result;
+    result.samples = seen;
+    result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
+    result.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+    logger->log_metric(label + "/loss", result.loss);
+    logger->log_metric(label + "/accuracy", result.accuracy);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!options.quiet)
+      logger->info("[" + format_timestamp(state.progress.now) + "] " + label + ": loss " + format_number(result.loss) +
+                   "  accuracy " + format_number(result.accuracy) + "  (" + std::to_string(seen) + " samples, " +
+                   format_number(seconds, 1) + " s)");
+    fire(Event::eval_end);
+    fire(Event::eval_after_all);
+    state.eval_label.clear();
+    logger->flush();
+    return result;
+  }
+
+  void evaluate_in_fit() {
+    auto before = state.metrics;
+    run_evaluation("eval");
+    // The record keeps every metric logged during the evaluation, so plugins' eval metrics show in the summary.
+    EvalRecord record;
+    record.at = state.progress.now;
+    for (const auto& [name, value] : state.metrics) {
+      auto it = before.find(name);
+      bool is_eval_metric = name.rfind("eval", 0) == 0;
+      if (is_eval_metric || it == before.end() || it->second != value) record.metrics[name] = value;
+    }
+    evals.push_back(std::move(record));
+    last_eval_batch = state.progress.now.batch;
+  }
+
+  // --- schedule ------------------------------------------------------------------------------------------------
+
+  bool eval_due_after_batch(bool epoch_ends, double fraction_before) const {
+    const Time& every = options.eval_interval;
+    if (is_zero(every) || eval.size() == 0) return false;
+    const auto& now = state.progress.now;
+    switch (every.unit()) {
+      case TimeUnit::batch: return now.batch % every.count() == 0;
+      case TimeUnit::epoch: return epoch_ends && (now.epoch + 1) % every.count() == 0;
+      case TimeUnit::duration: {
+        double after = state.progress.fraction();
+        // Due whenever the run crosses a multiple of the interval (the small slack absorbs rounding).
+        return std::floor(after / every.value() + 1e-9) > std::floor(fraction_before / every.value() + 1e-9);
+      }
+      default: return false;
+    }
+  }
+
+  bool save_due_after_batch() const {
+    const Time& every = options.save_interval;
+    return store && !is_zero(every) && every.unit() == TimeUnit::batch &&
+           state.progress.now.batch % every.count() == 0;
+  }
+
+  bool save_due_after_epoch() const {
+    const Time& every = options.save_interval;
+    return store && !is_zero(every) && every.unit() == TimeUnit::epoch &&
+           state.progress.now.epoch % every.count() == 0;
+  }
+
+  void apply_lr_schedule() {
+    if (!options.lr_schedule) return;
+    double factor = options.lr_schedule(state.progress);
+    auto& groups = optimizer->param_groups();
+    for (std::size_t i = 0; i < groups.size() && i < base_lrs.size(); ++i)
+      groups[i].options().set_lr(base_lrs[i] * factor);
+  }
+
+  // --- training ------------------------------------------------------------------------------------------------
+
+  bool stop_now() {
+    if (g_signal_count.load() > 0 && !state.stop_requested()) state.request_stop("interrupted by a signal");
+    if (external_stop.load() && !state.stop_requested()) state.request_stop(external_stop_reason);
+    return state.stop_requested();
+  }
+
+  void log_train_loss(const at::Tensor& loss_sum, std::int64_t count) {
+    if (count == 0) return;
+    double mean = loss_sum.item<double>() / static_cast<double>(count);
+    logger->log_metric("train/loss", mean);
+    logger->log_metric("lr", optimizer->param_groups().front().options().get_lr());
+    logger->flush();
+    last_loss = mean;
+  }
+
+  void train_epoch(at::Device device) {
+    auto& now = state.progress.now;
+    const std::int64_t batches = sampler.batches_per_epoch();
+    const std::int64_t log_every = std::max<std::int64_t>(1, options.log_interval.count());
+    if (now.batch_in_epoch == 0) {
+      fire(Event::iteration_start);
+      fire(Event::epoch_start);
+    }
+    std::optional<ProgressBar> bar;
+    if (!options.quiet && options.rank == 0) {
+      ProgressOptions p;
+      p.label = "epoch " + std::to_string(now.epoch + 1);
+      if (options.max_duration.unit() == TimeUnit::epoch)
+        p.label += "/" + std::to_string(options.max_duration.count());
+      p.total = batches;
+      p.terminal = options.progress && is_terminal(stderr);
+      p.plain_every = log_every;
+      p.initial = now.batch_in_epoch;  // a resumed epoch: rate and ETA count only the steps run now
+      bar.emplace(p);
+    }
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+    std::int64_t loss_count = 0;
+
+    while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration)) {
+      double fraction_before = state.progress.fraction();
+      fire(Event::before_dataloader);
+      Batch batch = gather_batch(train, sampler.batch_indices(now.epoch, now.batch_in_epoch));
+      batch.inputs = batch.inputs.to(device);
+      batch.targets = batch.targets.to(device);
+      fire(Event::after_dataloader);
+      fire(Event::batch_start);
+      apply_lr_schedule();
+      fire(Event::before_train_batch);
+      optimizer->zero_grad();
+      fire(Event::before_forward);
+      at::Tensor output = model.forward(batch.inputs);
+      fire(Event::after_forward);
+      fire(Event::before_loss);
+      at::Tensor loss = compute_loss(output, batch.targets);
+      fire(Event::after_loss);
+      fire(Event::before_backward);
+      loss.backward();
+      fire(Event::after_backward);
+      optimizer->step();
+      fire(Event::after_train_batch);
+
+      now.batch += 1;
+      now.batch_in_epoch += 1;
+      now.sample += batch.size();
+      now.sample_in_epoch += batch.size();
+      loss_sum.add_(loss.detach());
+      loss_count += 1;
+      bool epoch_ends = now.batch_in_epoch == batches;
+      if (now.batch % log_every == 0 || epoch_ends) {
+        log_train_loss(loss_sum, loss_count);
+        loss_sum.zero_();
+        loss_count = 0;
+      }
+      if (bar) bar->update(now.batch_in_epoch, {{"loss", last_loss}});
+
+      fire(Event::batch_end);
+      bool stopping = stop_now();
+      if (eval_due_after_batch(epoch_ends, fraction_before)) {
+        if (bar) bar->finish({{"loss", last_loss}});
+        evaluate_in_fit();
+      }
+      checkpoint_event(Event::batch_checkpoint, save_due_after_batch(), TimeUnit::batch);
+      if (stopping) break;
+    }
+    if (bar) bar->finish({{"loss", last_loss}});
+    if (now.batch_in_epoch == batches) {
+      now.epoch += 1;
+      now.iteration += 1;
+      now.batch_in_epoch = 0;
+      now.sample_in_epoch = 0;
+      fire(Event::epoch_end);
+      checkpoint_event(Event::epoch_checkpoint, save_due_after_epoch(), TimeUnit::epoch);
+      fire(Event::iteration_end);
+      fire(Event::iteration_checkpoint);
+    }
+  }
+
+  FitResult fit() {
+    if (train.size() == 0) throw Error("the training set is empty");
+    auto started = std::chrono::steady_clock::now();
+    at::Device device(options.device);
+    FitResult result;
+    std::exception_ptr failure;
+    try {
+      ensure_init();
+      resume();
+      fire(Event::fit_start);
+      module->train();
+      while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch(device);
+      stop_now();
+      // A final evaluation and checkpoint unless the last ones were taken at this very batch, so every run ends
+      // with its final accuracy reported and a checkpoint to resume or evaluate from.
+      if (!is_zero(options.eval_interval) && eval.size() > 0 && last_eval_batch != state.progress.now.batch)
+        evaluate_in_fit();
+      if (store && !is_zero(options.save_interval) && last_save_batch != state.progress.now.batch)
+        write_checkpoint(checkpoint_name(options.save_interval.unit()), {}, {});
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    finish(failure);
+    result.end = state.progress.now;
+    result.evals = evals;
+    result.stop_reason = state.stop_requested() ? state.stop_reason() : "";
+    result.last_checkpoint = state.last_checkpoint;
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return result;
+  }
+
+  // fit_end and close run on every exit path; their own errors are reported without hiding the first one.
+  void finish(std::exception_ptr failure) {
+    try {
+      if (!engine->closed()) fire(Event::fit_end);
+    } catch (const std::exception& e) {
+      if (!failure) failure = std::current_exception();
+      else logger->warn(e.what());
+    }
+    if (!failure && options.rank == 0 && !options.run_dir.empty()) {
+      try {
+        export_model();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    for (const auto& message : engine->close()) logger->warn(message);
+    logger->flush();
+    if (failure) std::rethrow_exception(failure);
+  }
+
+  void export_model() {
+    fs::create_directories(options.run_dir);
+    auto path = fs::path(options.run_dir) / "model.safetensors";
+    auto temporary = path;
+    temporary += ".tmp";
+    std::map<std::string, std::string> metadata{{"format", "pt"},
+                                                {"baton.timestamp", format_timestamp(state.progress.now)}};
+    write_safetensors(temporary.string(), named_state(*module), metadata);
+    fs::rename(temporary, path);
+    fsync_path(options.run_dir);
+  }
+
+  EvalResult evaluate_standalone(const std::string& checkpoint) {
+    std::exception_ptr failure;
+    EvalResult result;
+    try {
+      ensure_init();
+      if (!checkpoint.empty()) load(checkpoint, /*with_training_state=*/false);
+      fire(Event::eval_standalone_start);
+      result = run_evaluation("eval");
+      fire(Event::eval_standalone_end);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    for (const auto& message : engine->close()) logger->warn(message);
+    logger->flush();
+    if (failure) std::rethrow_exception(failure);
+    return result;
+  }
+
+  TrainerOptions options;
+  torch::nn::AnyModule model;
+  std::shared_ptr<torch::nn::Module> module;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  TensorDataset train;
+  TensorDataset eval;
+  BatchSampler sampler;
+  State state;
+  std::unique_ptr<RunLogger> logger;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<CheckpointStore> store;
+  std::vector<std::pair<std::string, std::shared_ptr<Plugin>>> plugins;
+  std::vector<double> base_lrs;
+  std::vector<EvalRecord> evals;
+  bool initialised = false;
+  std::int64_t last_eval_batch = -1;
+  std::int64_t last_save_batch = -1;
+  double last_loss = 0;
+  std::atomic<bool> external_stop{false};
+  std::string external_stop_reason;
+};
+
+Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+                 TensorDataset eval, TrainerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
+                                   std::move(options))) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
+  if (impl_->initialised) throw Error("plugin '" + id + "' added after the run started");
+  for (const auto& existing : impl_->plugins)
+    if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
+  EngineEntry entry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())};
+  impl_->engine->add(entry);
+  impl_->plugins.emplace_back(std::move(id), std::move(plugin));
+}
+
+FitResult Trainer::fit() { return impl_->fit(); }
+
+EvalResult Trainer::evaluate_standalone(const std::string& checkpoint) { return impl_->evaluate_standalone(checkpoint); }
+
+void Trainer::request_stop(std::string reason) {
+  impl_->external_stop_reason = std::move(reason);
+  impl_->external_stop.store(true);
+}
+
+State& Trainer::state() { return impl_->state; }
+Logger& Trainer::logger() { return *impl_->logger; }
+torch::nn::Module& Trainer::model() { return *impl_->module; }
+const TrainerOptions& Trainer::options() const { return impl_->options; }
+const std::vector<std::string>& Trainer::warnings() const { return impl_->logger->warnings(); }
+
+}  // namespace baton

@@ -1,0 +1,54 @@
+#pragma once
+// Private to core/config: reading toml++ nodes into C++ values with messages that say what was expected and what
+// was found, shared by the run configuration (config.cpp) and plugins' views (plugin_config.cpp).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "baton/error.h"
+#include "baton/plugin_config.h"
+#include "baton/time.h"
+
+namespace baton::toml_detail {
+
+/// A node that does not hold what was asked for. `suffix` names an array element ("[2]") when the culprit is one.
+struct Mismatch {
+  const toml::node* node;
+  std::string suffix;
+  std::string message;  // "expected an integer, got string \"x\""
+};
+
+/// Text as a TOML basic string: "a\"b".
+std::string quote(std::string_view text);
+
+/// "string \"abc\"", "integer 3", "float 0.5", "boolean true", "array [1, 2]", "table".
+std::string describe(const toml::node& node);
+
+/// Where a node came from. Nodes from a --set override carry the override's text as their path and have no line.
+SourceLocation location_of(const toml::source_region& source, const std::string& file);
+inline SourceLocation location_of(const toml::node& node, const std::string& file) {
+  return location_of(node.source(), file);
+}
+
+/// Converters; each throws Mismatch. Integers are accepted where a float is expected, never the reverse.
+bool to_bool(const toml::node& node);
+std::int64_t to_int(const toml::node& node);
+int to_int32(const toml::node& node);
+double to_double(const toml::node& node);
+std::string to_string(const toml::node& node);
+Time to_time(const toml::node& node);
+std::vector<std::string> to_strings(const toml::node& node);
+std::vector<double> to_doubles(const toml::node& node);
+std::vector<std::int64_t> to_ints(const toml::node& node);
+
+/// Parses TOML text; a syntax error becomes a ConfigError at the error's line and column.
+toml::table parse_table(std::string_view text, const std::string& file);
+
+/// A plugin's view over its table (moved in, so every node keeps its source location).
+PluginConfig make_plugin_config(toml::table table, std::string plugin_name, std::string file, SourceLocation where);
+
+}  // namespace baton::toml_detail

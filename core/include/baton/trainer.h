@@ -1,0 +1,111 @@
+#pragma once
+// The trainer: the training loop that fires every lifecycle event to the run's plugins, evaluates, saves crash-safe
+// checkpoints and resumes from them exactly. `baton train` builds one from a TOML file; programs that embed baton
+// build one from their own model, optimizer and data (see examples/embed/).
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+
+#include "baton/plugin.h"
+#include "data/dataset.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace baton {
+
+struct TrainerOptions {
+  Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp
+  Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
+  std::int64_t batch_size = 128;
+  std::int64_t eval_batch_size = 1000;
+  std::uint64_t seed = 42;     // data order; the caller seeds model initialisation
+  std::string device = "cpu";  // where the model, optimizer state and batches live
+  std::string run_dir;         // metrics.jsonl, checkpoints/, model.safetensors; empty: write nothing
+  std::string checkpoint_dir;  // default <run_dir>/checkpoints
+  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
+  std::int64_t keep_last = 0;                     // 0 keeps every checkpoint
+  std::string resume;          // "" (fresh start), "auto" (newest valid checkpoint, if any) or a checkpoint folder
+  std::string config_text;     // stored in checkpoints for reference
+  bool trace = false;          // print every plugin call as <plugin>/<event>
+  bool progress = true;        // progress bar on a terminal
+  bool quiet = false;          // only warnings, errors and the final summary
+  Time log_interval = Time(50, TimeUnit::batch);  // how often train/loss is computed and logged
+  /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
+  std::function<double(const Progress&)> lr_schedule;
+  /// Loss of a batch; default cross entropy on logits and class indices.
+  std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)> loss;
+  int rank = 0;
+  int world_size = 1;
+};
+
+/// One evaluation: its time and metrics ("eval/loss", "eval/accuracy", and whatever plugins logged during it).
+struct EvalRecord {
+  Timestamp at;
+  std::map<std::string, double> metrics;
+};
+
+struct FitResult {
+  Timestamp end;
+  std::vector<EvalRecord> evals;
+  std::string stop_reason;      // empty when max_duration was reached
+  std::string last_checkpoint;  // empty when none was written
+  double seconds = 0;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  std::int64_t samples = 0;
+};
+
+class BATON_API Trainer {
+ public:
+  Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+          TensorDataset eval, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Adds a plugin before fit()/evaluate(). `id` names it in traces, errors and checkpoints.
+  void add_plugin(std::string id, std::shared_ptr<Plugin> plugin);
+
+  /// Trains to max_duration (or until a plugin or signal asks to stop). fit_end fires and plugins are closed on
+  /// every exit path; on an error the exception propagates after that, and the checkpoints on disk are intact.
+  FitResult fit();
+
+  /// Evaluates on the eval set, firing eval_standalone_start/end around the evaluation events; loads
+  /// `checkpoint` first when given (before_load/after_load).
+  EvalResult evaluate_standalone(const std::string& checkpoint = "");
+
+  /// Asks a running fit() to stop after the current batch (safe to call from a signal handler's flag poller).
+  void request_stop(std::string reason);
+
+  State& state();
+  Logger& logger();
+  torch::nn::Module& model();
+  const TrainerOptions& options() const;
+  /// Warnings logged during the run, for the final summary.
+  const std::vector<std::string>& warnings() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// SIGINT/SIGTERM ask every running trainer to stop after its current batch (it then saves a checkpoint and fires
+/// fit_end); a second signal exits at once with status 130.
+BATON_API void install_stop_signal_handlers();
+
+/// Which BLAS library LibTorch runs on, from the libraries loaded in this process ("OpenBLAS (…path…)",
+/// "reference BLAS (…)", or "unknown").
+BATON_API std::string blas_description();
+
+}  // namespace baton

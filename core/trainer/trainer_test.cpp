@@ -1,0 +1,309 @@
+#include "baton_test.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <ATen/ops/equal.h>
+#include <torch/nn/module.h>
+#include <torch/optim/sgd.h>
+
+#include "baton/trainer.h"
+#include "checkpoint/checkpoint_store.h"
+#include "models/models.h"
+#include "trainer/run.h"
+
+namespace fs = std::filesystem;
+using baton::Event;
+using baton::Time;
+using baton::TimeUnit;
+
+namespace {
+
+// Records every event it sees (it matches all of them).
+struct Recorder : baton::Algorithm {
+  std::vector<std::string> events;
+  bool match(Event, const baton::State&) override { return true; }
+  void apply(Event e, baton::State&, baton::Logger&) override { events.emplace_back(baton::event_name(e)); }
+};
+
+// Counts batches and keeps the count in checkpoints.
+struct Counter : baton::Algorithm {
+  std::int64_t batches = 0;
+  bool loaded_empty = false;
+  bool match(Event e, const baton::State&) override { return e == Event::batch_end; }
+  void apply(Event, baton::State&, baton::Logger&) override { ++batches; }
+  void state_dict(baton::StateDict& out) const override { out.set_int("batches", batches); }
+  void load_state_dict(const baton::StateDict& in) override {
+    loaded_empty = !in.has("batches");
+    if (!loaded_empty) batches = in.get_int("batches");
+  }
+};
+
+struct ThrowAtBatch : baton::Algorithm {
+  std::int64_t at_batch;
+  explicit ThrowAtBatch(std::int64_t b) : at_batch(b) {}
+  bool match(Event e, const baton::State& s) override { return e == Event::batch_end && s.timestamp().batch == at_batch; }
+  void apply(Event, baton::State&, baton::Logger&) override { throw std::runtime_error("exploded"); }
+};
+
+struct StopAtBatch : baton::Callback {
+  std::int64_t at_batch;
+  explicit StopAtBatch(std::int64_t b) : at_batch(b) {}
+  void batch_end(baton::State& s, baton::Logger&) override {
+    if (s.timestamp().batch == at_batch) s.request_stop("enough");
+  }
+};
+
+struct EndWatcher : baton::Callback {
+  bool fit_end_seen = false;
+  bool closed = false;
+  void fit_end(baton::State&, baton::Logger&) override { fit_end_seen = true; }
+  void close() override { closed = true; }
+};
+
+baton::TrainerOptions quiet_options(const std::string& run_dir = "") {
+  baton::TrainerOptions o;
+  o.batch_size = 32;
+  o.eval_batch_size = 50;
+  o.max_duration = Time(2, TimeUnit::epoch);
+  o.eval_interval = Time(1, TimeUnit::epoch);
+  o.save_interval = Time(1, TimeUnit::epoch);
+  o.quiet = true;
+  o.progress = false;
+  o.run_dir = run_dir;
+  o.seed = 11;
+  return o;
+}
+
+// A small convnet (BatchNorm buffers included) on 96 synthetic samples: 3 batches of 32 per epoch.
+std::unique_ptr<baton::Trainer> make_trainer(baton::TrainerOptions options) {
+  at::manual_seed(5);
+  baton::ModelSpec spec;
+  spec.name = "convnet";
+  spec.widths = {4, 8};
+  auto model = baton::make_model(spec);
+  auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(),
+                                                       torch::optim::SGDOptions(0.05).momentum(0.9));
+  return std::make_unique<baton::Trainer>(model, optimizer, baton::make_synthetic_dataset(96, 7),
+                                          baton::make_synthetic_dataset(50, 8), std::move(options));
+}
+
+bool same_weights(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.named_parameters(true);
+  auto pb = b.named_parameters(true);
+  if (pa.size() != pb.size()) return false;
+  for (const auto& item : pa)
+    if (!at::equal(item.value(), pb[item.key()])) return false;
+  auto ba = a.named_buffers(true);
+  auto bb = b.named_buffers(true);
+  for (const auto& item : ba)
+    if (!at::equal(item.value(), bb[item.key()])) return false;
+  return true;
+}
+
+std::vector<std::string> train_batch_events() {
+  return {"before_dataloader", "after_dataloader", "batch_start",   "before_train_batch", "before_forward",
+          "after_forward",     "before_loss",      "after_loss",    "before_backward",    "after_backward",
+          "after_train_batch", "batch_end"};
+}
+
+}  // namespace
+
+TEST_SUITE("trainer") {
+  TEST_CASE("a fit fires the events in Composer's order, evaluation between batch_end and batch_checkpoint") {
+    auto options = quiet_options();
+    options.max_duration = Time(1, TimeUnit::epoch);
+    auto trainer = make_trainer(options);
+    auto recorder = std::make_shared<Recorder>();
+    trainer->add_plugin("recorder", recorder);
+    trainer->fit();
+
+    // Expected sequence written out by hand: 3 batches, evaluation (50 samples in batches of 50: one eval batch)
+    // after the last batch_end of the epoch.
+    std::vector<std::string> expected = {"init", "fit_start", "iteration_start", "epoch_start"};
+    for (int b = 0; b < 3; ++b) {
+      for (const auto& e : train_batch_events()) expected.push_back(e);
+      if (b == 2)
+        for (const char* e : {"eval_before_all", "eval_start", "eval_batch_start", "eval_before_forward",
+                              "eval_after_forward", "eval_batch_end", "eval_end", "eval_after_all"})
+          expected.push_back(e);
+      expected.push_back("batch_checkpoint");
+    }
+    for (const char* e : {"epoch_end", "epoch_checkpoint", "iteration_end", "iteration_checkpoint", "fit_end"})
+      expected.push_back(e);
+    CHECK(recorder->events == expected);
+  }
+
+  TEST_CASE("resume after an epoch ends bitwise identical to an uninterrupted run") {
+    auto dir = baton::test::scratch_dir("trainer-resume-epoch");
+    auto whole = make_trainer(quiet_options((dir / "whole").string()));
+    whole->fit();
+
+    auto first = quiet_options((dir / "split").string());
+    first.max_duration = Time(1, TimeUnit::epoch);
+    make_trainer(first)->fit();
+    REQUIRE(fs::exists(dir / "split" / "checkpoints" / "ep1" / "meta.json"));
+
+    auto second = quiet_options((dir / "split").string());
+    second.resume = "auto";
+    auto resumed = make_trainer(second);
+    auto result = resumed->fit();
+    CHECK(result.end.epoch == 2);
+    CHECK(result.end.batch == 6);
+    CHECK(same_weights(whole->model(), resumed->model()));
+  }
+
+  TEST_CASE("resume in the middle of an epoch is exact too, plugin state included") {
+    auto dir = baton::test::scratch_dir("trainer-resume-batch");
+    auto options = quiet_options((dir / "whole").string());
+    options.save_interval = Time(1, TimeUnit::batch);
+    auto whole = make_trainer(options);
+    auto whole_counter = std::make_shared<Counter>();
+    whole->add_plugin("counter", whole_counter);
+    whole->fit();
+    CHECK(whole_counter->batches == 6);
+
+    auto first = quiet_options((dir / "split").string());
+    first.save_interval = Time(1, TimeUnit::batch);
+    first.max_duration = Time(4, TimeUnit::batch);  // stops inside epoch 2
+    make_trainer(first)->fit();
+
+    auto second = quiet_options((dir / "split").string());
+    second.save_interval = Time(1, TimeUnit::batch);
+    second.resume = (dir / "split" / "checkpoints" / "ba4").string();
+    auto resumed = make_trainer(second);
+    auto counter = std::make_shared<Counter>();
+    resumed->add_plugin("counter", counter);
+    resumed->fit();
+    CHECK(counter->loaded_empty);  // the first half ran without the plugin
+    CHECK(counter->batches == 2);
+    CHECK(same_weights(whole->model(), resumed->model()));
+
+    // And the plugin's own state comes back from a checkpoint that has it.
+    auto third = quiet_options((dir / "whole").string());
+    third.resume = (dir / "whole" / "checkpoints" / "ba5").string();
+    third.save_interval = Time(0, TimeUnit::batch);
+    auto again = make_trainer(third);
+    auto restored = std::make_shared<Counter>();
+    again->add_plugin("counter", restored);
+    again->fit();
+    CHECK_FALSE(restored->loaded_empty);
+    CHECK(restored->batches == 6);
+  }
+
+  TEST_CASE("a plugin's exception names plugin and event; fit_end and close still run; checkpoints intact") {
+    auto dir = baton::test::scratch_dir("trainer-plugin-throws");
+    auto options = quiet_options(dir.string());
+    options.save_interval = Time(1, TimeUnit::batch);
+    auto trainer = make_trainer(options);
+    auto watcher = std::make_shared<EndWatcher>();
+    trainer->add_plugin("thrower", std::make_shared<ThrowAtBatch>(3));
+    trainer->add_plugin("watcher", watcher);
+    try {
+      trainer->fit();
+      FAIL("fit should have thrown");
+    } catch (const baton::PluginError& e) {
+      CHECK(std::string(e.what()) == "plugin 'thrower' failed on event batch_end: exploded");
+    }
+    CHECK(watcher->fit_end_seen);
+    CHECK(watcher->closed);
+    auto last = (dir / "checkpoints" / "ba2").string();
+    CHECK_NOTHROW(baton::verify_checkpoint(last));
+    CHECK_FALSE(fs::exists(dir / "checkpoints" / "ba3"));
+    CHECK_FALSE(fs::exists(dir / "model.safetensors"));  // no export of a failed run
+  }
+
+  TEST_CASE("a plugin can stop the run; it ends with a checkpoint at that batch") {
+    auto dir = baton::test::scratch_dir("trainer-stop");
+    auto trainer = make_trainer(quiet_options(dir.string()));
+    auto watcher = std::make_shared<EndWatcher>();
+    trainer->add_plugin("stopper", std::make_shared<StopAtBatch>(2));
+    trainer->add_plugin("watcher", watcher);
+    auto result = trainer->fit();
+    CHECK(result.stop_reason == "enough");
+    CHECK(result.end.batch == 2);
+    CHECK(watcher->fit_end_seen);
+    CHECK(result.last_checkpoint == (dir / "checkpoints" / "ba2").string());
+    CHECK_NOTHROW(baton::verify_checkpoint(result.last_checkpoint));
+  }
+
+  TEST_CASE("--resume auto skips a corrupt newest checkpoint with a warning; an explicit corrupt one fails") {
+    auto dir = baton::test::scratch_dir("trainer-resume-corrupt");
+    auto options = quiet_options(dir.string());
+    make_trainer(options)->fit();
+    auto ep2 = dir / "checkpoints" / "ep2" / "state.safetensors";
+    REQUIRE(fs::exists(ep2));
+    {
+      std::fstream f(ep2, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(fs::file_size(ep2) - 3));
+      f.put('\x55');
+    }
+    auto resume_auto = quiet_options(dir.string());
+    resume_auto.resume = "auto";
+    resume_auto.max_duration = Time(3, TimeUnit::epoch);
+    auto trainer = make_trainer(resume_auto);
+    auto result = trainer->fit();
+    CHECK(result.end.epoch == 3);
+    bool warned = false;
+    for (const auto& w : trainer->warnings()) warned = warned || w.find("ep2") != std::string::npos;
+    CHECK(warned);
+
+    auto explicit_path = quiet_options((dir / "other").string());
+    explicit_path.resume = (dir / "checkpoints" / "ep1").string();
+    // ep1 is intact: loading it works. Now truncate it and try again.
+    auto ep1_state = dir / "checkpoints" / "ep1" / "state.safetensors";
+    fs::resize_file(ep1_state, fs::file_size(ep1_state) / 2);
+    auto broken = make_trainer(explicit_path);
+    CHECK_THROWS_AS(broken->fit(), baton::CheckpointError);
+  }
+
+  TEST_CASE("a run writes metrics.jsonl and model.safetensors") {
+    auto dir = baton::test::scratch_dir("trainer-outputs");
+    auto options = quiet_options(dir.string());
+    options.max_duration = Time(1, TimeUnit::epoch);
+    auto result = make_trainer(options)->fit();
+    CHECK(fs::exists(dir / "model.safetensors"));
+    std::ifstream metrics(dir / "metrics.jsonl");
+    std::string line, all;
+    int lines = 0;
+    while (std::getline(metrics, line)) {
+      ++lines;
+      all += line;
+    }
+    CHECK(lines >= 2);
+    CHECK(all.find("\"eval/accuracy\"") != std::string::npos);
+    CHECK(all.find("\"train/loss\"") != std::string::npos);
+    REQUIRE(result.evals.size() == 1);
+    CHECK(result.evals[0].metrics.count("eval/accuracy") == 1);
+  }
+
+  TEST_CASE("cosine schedule with linear warmup, checked against hand-computed values") {
+    baton::SchedulerSection s;
+    s.name = "cosine";
+    s.warmup = Time(2, TimeUnit::batch);
+    s.min_lr_ratio = 0.0;
+    auto schedule = baton::make_lr_schedule(s);
+    REQUIRE(schedule);
+    baton::Progress p;
+    p.max_duration = Time(10, TimeUnit::batch);
+    p.batches_per_epoch = 5;
+    p.samples_per_epoch = 160;
+    auto at_batch = [&](std::int64_t b) {
+      p.now.batch = b;
+      return schedule(p);
+    };
+    CHECK(at_batch(0) == doctest::Approx(0.5));
+    CHECK(at_batch(1) == doctest::Approx(1.0));
+    CHECK(at_batch(2) == doctest::Approx(1.0));                            // cos(0)
+    CHECK(at_batch(6) == doctest::Approx(0.5));                            // halfway: (1 + cos(pi/2)) / 2
+    CHECK(at_batch(4) == doctest::Approx(0.5 * (1 + std::cos(M_PI / 4))));  // a quarter of the way
+    baton::SchedulerSection constant;
+    CHECK_FALSE(baton::make_lr_schedule(constant));
+  }
+}
