@@ -17,6 +17,7 @@
 
 #include "baton/trainer.h"
 #include "config/config.h"
+#include "data/dataset.h"
 #include "data/sampler.h"
 #include "loader/plugin_loader.h"
 #include "models/models.h"

@@ -10,10 +10,8 @@ function(baton_add_plugin name)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     POSITION_INDEPENDENT_CODE ON)
-  if(TARGET baton::baton)
-    target_link_libraries(${name} PRIVATE baton::baton)
-  else()
-    target_link_libraries(${name} PRIVATE baton)
+  target_link_libraries(${name} PRIVATE baton::baton)
+  if(BATON_SOURCE_TREE)
     set_target_properties(${name} PROPERTIES
       LIBRARY_OUTPUT_DIRECTORY ${BATON_PLUGIN_OUTPUT_DIRECTORY}
       BUILD_RPATH "$ORIGIN/../.."

@@ -2,8 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <regex>
 #include <set>
 #include <string>
+#include <vector>
 
 using baton::Event;
 
@@ -64,5 +67,22 @@ TEST_SUITE("events") {
     // matching after_* events (after_train_batch stands in for the missing before/after pair of batch_end).
     CHECK(before == 9);
     CHECK(after == 9);
+  }
+
+  TEST_CASE("docs/events.md lists exactly the events of events.def, in firing order") {
+    std::ifstream doc(std::string(BATON_SOURCE_DIR) + "/docs/events.md");
+    REQUIRE(doc.good());
+    std::regex row(R"(^\| (\d+) \| `([a-z_]+)` \|)");
+    std::vector<std::string> listed;
+    std::string line;
+    while (std::getline(doc, line)) {
+      std::smatch m;
+      if (std::regex_search(line, m, row)) {
+        CHECK(std::stoi(m[1]) == static_cast<int>(listed.size()) + 1);
+        listed.push_back(m[2]);
+      }
+    }
+    REQUIRE(listed.size() == baton::kEventCount);
+    for (std::size_t i = 0; i < listed.size(); ++i) CHECK(listed[i] == baton::event_name(baton::kAllEvents[i]));
   }
 }

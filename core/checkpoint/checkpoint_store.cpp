@@ -197,7 +197,8 @@ Meta verify(const std::string& checkpoint) {
 
 std::map<std::string, std::string> scalars_to_metadata(const StateDict& sd) {
   std::map<std::string, std::string> metadata;
-  for (const auto& [key, value] : Json::parse(sd.scalars_json()).items()) metadata[key] = value.dump();
+  const Json scalars = Json::parse(sd.scalars_json());
+  for (const auto& [key, value] : scalars.items()) metadata[key] = value.dump();
   return metadata;
 }
 

@@ -185,9 +185,10 @@ StateDict export_with(const torch::optim::Optimizer& optimizer, const ParameterN
     sd.set_int(prefix + "params", static_cast<std::int64_t>(groups[g].params().size()));
     for (std::size_t i = 0; i < groups[g].params().size(); ++i) {
       const at::Tensor& param = groups[g].params()[i];
+      const std::string& name = names.of(param, g, i);  // checked even without state, so a bad list fails early
       auto found = optimizer.state().find(state_key(param));
       if (found == optimizer.state().end()) continue;
-      Traits::save_state(static_cast<const typename Traits::ParamState&>(*found->second), names.of(param, g, i), sd);
+      Traits::save_state(static_cast<const typename Traits::ParamState&>(*found->second), name, sd);
     }
   }
   return sd;

@@ -286,7 +286,8 @@ PluginEntry read_plugin(toml::table& table, std::size_t index, const Context& ct
   } catch (const Mismatch& m) {
     throw ConfigError(location_of(id, ctx.file), id_key, m.message);
   }
-  if (text.empty()) throw ConfigError(location_of(id, ctx.file), id_key, "expected a non-empty string, got " + describe(id));
+  if (text.empty())
+    throw ConfigError(location_of(id, ctx.file), id_key, "expected a non-empty string, got " + describe(id));
   if (name != nullptr)
     plugin.name = text;
   else
@@ -357,7 +358,8 @@ toml::table parse_override_value(const Override& o, const std::string& origin) {
   try {
     return toml::parse("x = " + quote(o.value), origin);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(SourceLocation{origin, 0, 0}, o.key, "the value is not valid text: " + std::string(e.description()));
+    throw ConfigError(SourceLocation{origin, 0, 0}, o.key,
+                      "the value is not valid text: " + std::string(e.description()));
   }
 }
 

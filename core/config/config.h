@@ -58,7 +58,7 @@ struct BATON_API TrainerSection {
   Time max_duration = Time(1, TimeUnit::epoch);  // ep, ba, sp (> 0)
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
   std::string device = "cpu";  // cpu | cuda | cuda:N
-  std::int64_t threads = 0;    // intra-op threads; 0 = LibTorch's default
+  std::int64_t threads = 0;    // intra-op threads; 0 = one per core
   Time log_interval = Time(50, TimeUnit::batch);  // plain progress lines when not on a terminal (ba)
   bool progress = true;  // a progress bar when stderr is a terminal
 };

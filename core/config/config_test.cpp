@@ -265,7 +265,8 @@ allow_insecure = true
     CHECK(failure("[trainer]\ndevice = \"cuda:x\"\n").key == "trainer.device");
     CHECK(parse("[trainer]\ndevice = \"cuda\"\n").trainer.device == "cuda");
     CHECK(failure("[trainer]\nthreads = -2\n").key == "trainer.threads");
-    CHECK(failure("[run]\nname = \"\"\n").what == "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
+    CHECK(failure("[run]\nname = \"\"\n").what ==
+          "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
   }
 
   TEST_CASE("time strings and the units each key allows") {
@@ -339,7 +340,8 @@ path = "/opt/libcustom.so"
           "cfg.toml:2:8: plugins.0.path: expected a non-empty string, got string \"\"");
     CHECK(failure("plugins = 3\n").what ==
           "cfg.toml:1:11: plugins: expected an array of tables ([[plugins]]), got integer 3");
-    CHECK(failure("plugins = [{name = \"a\"}, 3]\n").what == "cfg.toml:1:26: plugins.1: expected a table, got integer 3");
+    CHECK(failure("plugins = [{name = \"a\"}, 3]\n").what ==
+          "cfg.toml:1:26: plugins.1: expected a table, got integer 3");
   }
 
   TEST_CASE("overrides replace and add values before checking") {

@@ -225,7 +225,8 @@ struct PluginConfig::Impl {
       const bool from_file = !source.path || *source.path == shared->file;
       return std::make_tuple(!from_file, source.begin.line, source.begin.column);
     };
-    std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
+    std::stable_sort(out.begin(), out.end(),
+                     [&](const auto& a, const auto& b) { return rank(a.first) < rank(b.first); });
     return out;
   }
 

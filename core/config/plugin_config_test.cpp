@@ -68,17 +68,20 @@ TEST_SUITE("config") {
 
   TEST_CASE("wrong types and missing keys name the plugin, the key and the line") {
     const PluginConfig c = sample();
-    CHECK(error_of([&] { c.get<int>("name"); }) == "w.toml:4:8: plugins.warmup.name: expected an integer, got string \"warm\"");
+    CHECK(error_of([&] { c.get<int>("name"); }) ==
+          "w.toml:4:8: plugins.warmup.name: expected an integer, got string \"warm\"");
     CHECK(error_of([&] { c.get<std::int64_t>("ratio"); }) ==
           "w.toml:2:9: plugins.warmup.ratio: expected an integer, got float 0.25");
     CHECK(error_of([&] { c.get<bool>("threshold"); }) ==
           "w.toml:1:13: plugins.warmup.threshold: expected a boolean, got integer 3");
     CHECK(error_of([&] { c.get<std::string>("enabled"); }) ==
           "w.toml:5:11: plugins.warmup.enabled: expected a string, got boolean true");
-    CHECK(error_of([&] { c.get<double>("name"); }) == "w.toml:4:8: plugins.warmup.name: expected a number, got string \"warm\"");
+    CHECK(error_of([&] { c.get<double>("name"); }) ==
+          "w.toml:4:8: plugins.warmup.name: expected a number, got string \"warm\"");
     CHECK(error_of([&] { c.get<Time>("threshold"); }) ==
           "w.toml:1:13: plugins.warmup.threshold: expected a time string such as \"2ep\", got integer 3");
-    CHECK(error_of([&] { c.get<PluginConfig>("tags"); }).rfind("w.toml:7:8: plugins.warmup.tags: expected a table, got array", 0) == 0);
+    CHECK(error_of([&] { c.get<PluginConfig>("tags"); }) ==
+          "w.toml:7:8: plugins.warmup.tags: expected a table, got array [\"a\", \"b\"]");
     CHECK(error_of([&] { c.get<std::vector<std::string>>("name"); }) ==
           "w.toml:4:8: plugins.warmup.name: expected an array of strings, got string \"warm\"");
     CHECK(error_of([&] { c.get<std::vector<std::string>>("weights"); }) ==

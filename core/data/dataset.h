@@ -1,28 +1,15 @@
 #pragma once
-// In-memory datasets: inputs [N, ...] float32 and integer class targets [N] int64. Fashion-MNIST and MNIST come
-// from IDX files (gzip-compressed or plain); the synthetic set is generated from a seed for tests.
+// Loading datasets (TensorDataset is in baton/dataset.h): Fashion-MNIST and MNIST from IDX files (gzip-compressed or
+// plain), and a synthetic set generated from a seed for tests.
 #include <cstdint>
 #include <string>
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/dataset.h"
 #include "baton/export.h"
 
 namespace baton {
-
-struct BATON_API TensorDataset {
-  std::string name;     // "fashion-mnist/train", "synthetic/eval", ...
-  at::Tensor inputs;    // float32 [N, C, H, W], normalised
-  at::Tensor targets;   // int64 [N]
-  std::int64_t num_classes = 10;
-  std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
-};
-
-struct BATON_API Batch {
-  at::Tensor inputs;
-  at::Tensor targets;
-  std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
-};
 
 /// Loads the train or test split of an IDX dataset folder holding train-images-idx3-ubyte[.gz],
 /// train-labels-idx1-ubyte[.gz], t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz].

@@ -69,10 +69,14 @@ void check_not_tampered(const fs::path& target, const std::string& what, const s
   if (::stat(target.c_str(), &st) != 0)
     throw PluginError("cannot check " + target.string() + " for " + plugin_path + ": " +
                       std::generic_category().message(errno));
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
+  // Group write is tolerated only for our own primary group: with user-private groups and umask 002 (a common
+  // setup) every file a user builds is group-writable, yet nobody else is in that group.
+  bool writable_by_others = (st.st_mode & S_IWOTH) != 0;
+  bool writable_by_foreign_group = (st.st_mode & S_IWGRP) != 0 && st.st_gid != getegid();
+  if (writable_by_others || writable_by_foreign_group)
     throw PluginError("refusing to load " + plugin_path + ": its " + what + " " + target.string() +
-                      " is writable by group or others (mode " + octal_mode(st.st_mode) +
-                      "); remove that permission (chmod go-w) or " + kInsecureOverride);
+                      " is writable by " + (writable_by_others ? "others" : "another group") + " (mode " +
+                      octal_mode(st.st_mode) + "); remove that permission (chmod go-w) or " + kInsecureOverride);
   if (st.st_uid != 0 && st.st_uid != geteuid())
     throw PluginError("refusing to load " + plugin_path + ": its " + what + " " + target.string() +
                       " is owned by " + user_label(st.st_uid) + ", neither you nor root; " + kInsecureOverride);

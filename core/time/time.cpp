@@ -67,6 +67,17 @@ void require_positive(std::int64_t value, const char* what, const Time& t) {
 // Decimal fractions such as 0.1dur are not exact in binary; this keeps 0.3 of 10 batches at 3 batches.
 constexpr double kDurTolerance = 1e-9;
 
+// Why value cannot be a time in unit, or "" when it can.
+std::string value_problem(double value, TimeUnit unit) {
+  if (!std::isfinite(value)) return "the value must be a finite number";
+  if (value < 0) return "times cannot be negative";
+  if (unit == TimeUnit::duration) return "";
+  if (value != std::floor(value))
+    return std::string(unit_suffix(unit)) + " needs a whole number (only dur takes fractions)";
+  if (value > kMaxCount) return "the value is too large";
+  return "";
+}
+
 }  // namespace
 
 std::string_view unit_suffix(TimeUnit unit) noexcept {
@@ -82,14 +93,10 @@ std::string_view unit_suffix(TimeUnit unit) noexcept {
 }
 
 Time::Time(double value, TimeUnit unit) : value_(value), unit_(unit) {
-  const std::string shown = shortest_decimal(value) + std::string(unit_suffix(unit));
-  if (!std::isfinite(value)) throw TimeError("invalid time " + quoted(shown) + ": the value must be finite");
-  if (value < 0) throw TimeError("invalid time " + quoted(shown) + ": the value must not be negative");
-  if (unit != TimeUnit::duration && value != std::floor(value))
-    throw TimeError("invalid time " + quoted(shown) + ": " + std::string(unit_suffix(unit)) +
-                    " needs a whole number (only dur takes fractions)");
-  if (unit != TimeUnit::duration && value > kMaxCount)
-    throw TimeError("invalid time " + quoted(shown) + ": the value is too large");
+  const std::string problem = value_problem(value, unit);
+  if (!problem.empty())
+    throw TimeError("invalid time " + quoted(shortest_decimal(value) + std::string(unit_suffix(unit))) + ": " +
+                    problem);
 }
 
 Time Time::parse(std::string_view text) {
@@ -112,13 +119,9 @@ Time Time::parse(std::string_view text) {
   }
   if (!known) bad_time(text, suffix.empty() ? "the unit is missing" : "unknown unit " + quoted(suffix));
   const double value = std::strtod(std::string(number).c_str(), nullptr);
-  try {
-    return Time(value, unit);
-  } catch (const TimeError&) {
-    if (unit != TimeUnit::duration && value != std::floor(value))
-      bad_time(text, std::string(suffix) + " needs a whole number (only dur takes fractions)");
-    bad_time(text, "the value is too large");
-  }
+  const std::string problem = value_problem(value, unit);
+  if (!problem.empty()) bad_time(text, problem);
+  return Time(value, unit);
 }
 
 std::int64_t Time::count() const {

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 
 #include "baton/error.h"
@@ -64,12 +65,15 @@ TEST_SUITE("time") {
     CHECK(parse_error("3epochs").find("unknown unit \"epochs\"") != std::string::npos);
     CHECK(parse_error("12").find("unit is missing") != std::string::npos);
     CHECK(parse_error("").find("empty") != std::string::npos);
+    CHECK(parse_error("99999999999999999999ba").find("too large") != std::string::npos);
   }
 
   TEST_CASE("the constructor checks the value") {
     CHECK_THROWS_AS(Time(1.5, TimeUnit::batch), TimeError);
     CHECK_THROWS_AS(Time(-1, TimeUnit::duration), TimeError);
     CHECK_NOTHROW(Time(0.25, TimeUnit::duration));
+    CHECK_THROWS_AS(Time(std::numeric_limits<double>::quiet_NaN(), TimeUnit::duration), TimeError);
+    CHECK_THROWS_AS(Time(std::numeric_limits<double>::infinity(), TimeUnit::epoch), TimeError);
     CHECK(Time(3, TimeUnit::sample).count() == 3);
     CHECK_THROWS_AS(Time(0.25, TimeUnit::duration).count(), TimeError);
   }

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
+#include <algorithm>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -12,6 +14,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "data/dataset.h"
 #include "models/models.h"
 
 namespace fs = std::filesystem;
@@ -41,8 +44,8 @@ std::pair<TensorDataset, TensorDataset> load_data(const DataSection& d, std::uin
   if (d.dataset == "synthetic")
     return {make_synthetic_dataset(d.synthetic_train_size, seed, "synthetic/train"),
             make_synthetic_dataset(d.synthetic_eval_size, seed + 1, "synthetic/eval")};
-  return {load_idx_dataset(d.path, /*train=*/true, d.train_subset, d.dataset + "/train"),
-          load_idx_dataset(d.path, /*train=*/false, d.eval_subset, d.dataset + "/test")};
+  return {load_idx_dataset(d.path, /*train=*/true, d.train_subset, d.dataset),
+          load_idx_dataset(d.path, /*train=*/false, d.eval_subset, d.dataset)};
 }
 
 std::string read_config_text(const RunConfig& config) {
@@ -94,7 +97,9 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
   auto run = std::make_unique<Run>();
   run->config = config;
-  if (config.trainer.threads > 0) at::set_num_threads(static_cast<int>(config.trainer.threads));
+  // LibTorch's own default can be a single thread on small VMs; "0" means one thread per core.
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : static_cast<int>(cores));
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
 

@@ -27,6 +27,7 @@
 #include "checkpoint/file_util.h"
 #include "checkpoint/optimizer_state.h"
 #include "checkpoint/safetensors.h"
+#include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/engine.h"
 #include "logging/progress.h"
@@ -346,6 +347,17 @@ struct Trainer::Impl {
     return at::cross_entropy_loss(output, target);
   }
 
+  // Evaluation at the last batch of an epoch runs before epoch_end advances the epoch counter; for people
+  // reading logs that evaluation belongs to the epoch just completed.
+  Timestamp completed(Timestamp t) const {
+    if (t.batch_in_epoch == sampler.batches_per_epoch()) {
+      t.epoch += 1;
+      t.batch_in_epoch = 0;
+      t.sample_in_epoch = 0;
+    }
+    return t;
+  }
+
   EvalResult run_evaluation(const std::string& label) {
     at::Device device(options.device);
     state.eval_label = label;
@@ -382,7 +394,7 @@ struct Trainer::Impl {
     logger->log_metric(label + "/accuracy", result.accuracy);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options.quiet)
-      logger->info("[" + format_timestamp(state.progress.now) + "] " + label + ": loss " + format_number(result.loss) +
+      logger->info("[" + format_timestamp(completed(state.progress.now)) + "] " + label + ": loss " + format_number(result.loss) +
                    "  accuracy " + format_number(result.accuracy) + "  (" + std::to_string(seen) + " samples, " +
                    format_number(seconds, 1) + " s)");
     fire(Event::eval_end);
@@ -397,7 +409,7 @@ struct Trainer::Impl {
     run_evaluation("eval");
     // The record keeps every metric logged during the evaluation, so plugins' eval metrics show in the summary.
     EvalRecord record;
-    record.at = state.progress.now;
+    record.at = completed(state.progress.now);
     for (const auto& [name, value] : state.metrics) {
       auto it = before.find(name);
       bool is_eval_metric = name.rfind("eval", 0) == 0;

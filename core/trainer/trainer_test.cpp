@@ -15,6 +15,7 @@
 
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
+#include "data/dataset.h"
 #include "models/models.h"
 #include "trainer/run.h"
 

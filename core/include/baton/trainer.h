@@ -13,7 +13,7 @@
 #include <torch/nn/modules/container/any.h>
 
 #include "baton/plugin.h"
-#include "data/dataset.h"
+#include "baton/dataset.h"
 
 namespace torch::optim {
 class Optimizer;

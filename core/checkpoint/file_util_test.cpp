@@ -1,0 +1,81 @@
+#include <doctest/doctest.h>
+
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "baton/error.h"
+#include "checkpoint/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  auto dir = fs::path(BATON_BINARY_DIR) / "test-scratch" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+}  // namespace
+
+TEST_SUITE("checkpoint") {
+  TEST_CASE("file_util: write_file_atomic creates and replaces, leaving no temporary") {
+    auto dir = fresh_dir("file_util_atomic");
+    const auto path = (dir / "a.txt").string();
+    baton::write_file_atomic(path, "first");
+    CHECK(baton::read_text_file(path) == "first");
+    baton::write_file_atomic(path, std::string("sec\0ond", 7));
+    CHECK(slurp(path) == std::string("sec\0ond", 7));
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_THROWS_WITH_AS(baton::write_file_atomic((dir / "no" / "b.txt").string(), "x"),
+                         doctest::Contains("no/b.txt.tmp"), baton::Error);
+  }
+
+  TEST_CASE("file_util: crc32_of_file matches the standard check value and zlib over large files") {
+    auto dir = fresh_dir("file_util_crc");
+    baton::write_file_atomic((dir / "check").string(), "123456789");
+    CHECK(baton::crc32_of_file((dir / "check").string()) == 0xCBF43926u);  // the CRC-32 check value
+    baton::write_file_atomic((dir / "empty").string(), "");
+    CHECK(baton::crc32_of_file((dir / "empty").string()) == 0u);
+    // Larger than the 1 MiB read chunk, so the streaming path runs more than once.
+    std::string big(3 * (1 << 20) + 12345, '\0');
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+    baton::write_file_atomic((dir / "big").string(), big);
+    const auto expected = static_cast<std::uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(big.data()), big.size()));
+    CHECK(baton::crc32_of_file((dir / "big").string()) == expected);
+    CHECK_THROWS_WITH_AS(baton::crc32_of_file((dir / "missing").string()), doctest::Contains("missing"), baton::Error);
+  }
+
+  TEST_CASE("file_util: DurableFileWriter counts bytes and crc32 as it writes") {
+    auto dir = fresh_dir("file_util_writer");
+    const auto path = (dir / "w.bin").string();
+    baton::DurableFileWriter writer(path);
+    writer.write("12345", 5);
+    writer.write("6789", 4);
+    writer.finish();
+    CHECK(writer.bytes() == 9);
+    CHECK(writer.crc32() == 0xCBF43926u);
+    CHECK(slurp(path) == "123456789");
+    CHECK_THROWS_AS(writer.write("x", 1), baton::Error);
+  }
+
+  TEST_CASE("file_util: errors name the path") {
+    auto dir = fresh_dir("file_util_errors");
+    const auto missing = (dir / "nothing-here").string();
+    CHECK_THROWS_WITH_AS(baton::read_text_file(missing), doctest::Contains(missing.c_str()), baton::Error);
+    CHECK_THROWS_WITH_AS(baton::fsync_path(missing), doctest::Contains(missing.c_str()), baton::Error);
+    CHECK_NOTHROW(baton::fsync_path(dir.string()));
+  }
+}
