@@ -347,17 +347,6 @@ struct Trainer::Impl {
     return at::cross_entropy_loss(output, target);
   }
 
-  // Evaluation at the last batch of an epoch runs before epoch_end advances the epoch counter; for people
-  // reading logs that evaluation belongs to the epoch just completed.
-  Timestamp completed(Timestamp t) const {
-    if (t.batch_in_epoch == sampler.batches_per_epoch()) {
-      t.epoch += 1;
-      t.batch_in_epoch = 0;
-      t.sample_in_epoch = 0;
-    }
-    return t;
-  }
-
   EvalResult run_evaluation(const std::string& label) {
     at::Device device(options.device);
     state.eval_label = label;
@@ -394,7 +383,7 @@ struct Trainer::Impl {
     logger->log_metric(label + "/accuracy", result.accuracy);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options.quiet)
-      logger->info("[" + format_timestamp(completed(state.progress.now)) + "] " + label + ": loss " + format_number(result.loss) +
+      logger->info("[" + format_timestamp(state.progress.now) + "] " + label + ": loss " + format_number(result.loss) +
                    "  accuracy " + format_number(result.accuracy) + "  (" + std::to_string(seen) + " samples, " +
                    format_number(seconds, 1) + " s)");
     fire(Event::eval_end);
@@ -409,7 +398,7 @@ struct Trainer::Impl {
     run_evaluation("eval");
     // The record keeps every metric logged during the evaluation, so plugins' eval metrics show in the summary.
     EvalRecord record;
-    record.at = completed(state.progress.now);
+    record.at = state.progress.now;
     for (const auto& [name, value] : state.metrics) {
       auto it = before.find(name);
       bool is_eval_metric = name.rfind("eval", 0) == 0;
@@ -421,13 +410,15 @@ struct Trainer::Impl {
 
   // --- schedule ------------------------------------------------------------------------------------------------
 
-  bool eval_due_after_batch(bool epoch_ends, double fraction_before) const {
+  // As in Composer: intervals in ba and dur are checked after batch_end, intervals in ep after epoch_end (so an
+  // algorithm acting at epoch_end, such as an EMA updated per epoch, is seen by that evaluation); either way the
+  // evaluation comes before the checkpoint event.
+  bool eval_due_after_batch(double fraction_before) const {
     const Time& every = options.eval_interval;
     if (is_zero(every) || eval.size() == 0) return false;
     const auto& now = state.progress.now;
     switch (every.unit()) {
       case TimeUnit::batch: return now.batch % every.count() == 0;
-      case TimeUnit::epoch: return epoch_ends && (now.epoch + 1) % every.count() == 0;
       case TimeUnit::duration: {
         double after = state.progress.fraction();
         // Due whenever the run crosses a multiple of the interval (the small slack absorbs rounding).
@@ -435,6 +426,12 @@ struct Trainer::Impl {
       }
       default: return false;
     }
+  }
+
+  bool eval_due_after_epoch() const {
+    const Time& every = options.eval_interval;
+    return !is_zero(every) && eval.size() > 0 && every.unit() == TimeUnit::epoch &&
+           state.progress.now.epoch % every.count() == 0;
   }
 
   bool save_due_after_batch() const {
@@ -536,7 +533,7 @@ struct Trainer::Impl {
 
       fire(Event::batch_end);
       bool stopping = stop_now();
-      if (eval_due_after_batch(epoch_ends, fraction_before)) {
+      if (eval_due_after_batch(fraction_before)) {
         if (bar) bar->finish({{"loss", last_loss}});
         evaluate_in_fit();
       }
@@ -550,6 +547,7 @@ struct Trainer::Impl {
       now.batch_in_epoch = 0;
       now.sample_in_epoch = 0;
       fire(Event::epoch_end);
+      if (eval_due_after_epoch()) evaluate_in_fit();
       checkpoint_event(Event::epoch_checkpoint, save_due_after_epoch(), TimeUnit::epoch);
       fire(Event::iteration_end);
       fire(Event::iteration_checkpoint);

@@ -125,20 +125,43 @@ TEST_SUITE("trainer") {
     trainer->add_plugin("recorder", recorder);
     trainer->fit();
 
-    // Expected sequence written out by hand: 3 batches, evaluation (50 samples in batches of 50: one eval batch)
-    // after the last batch_end of the epoch.
+    // Expected sequence written out by hand: 3 batches, then (eval_interval in ep) the evaluation between
+    // epoch_end and epoch_checkpoint: 50 samples in batches of 50 is one eval batch.
     std::vector<std::string> expected = {"init", "fit_start", "iteration_start", "epoch_start"};
     for (int b = 0; b < 3; ++b) {
       for (const auto& e : train_batch_events()) expected.push_back(e);
-      if (b == 2)
+      expected.push_back("batch_checkpoint");
+    }
+    expected.push_back("epoch_end");
+    for (const char* e : {"eval_before_all", "eval_start", "eval_batch_start", "eval_before_forward",
+                          "eval_after_forward", "eval_batch_end", "eval_end", "eval_after_all"})
+      expected.push_back(e);
+    for (const char* e : {"epoch_checkpoint", "iteration_end", "iteration_checkpoint", "fit_end"})
+      expected.push_back(e);
+    CHECK(recorder->events == expected);
+  }
+
+  TEST_CASE("an interval in batches evaluates between batch_end and batch_checkpoint") {
+    auto options = quiet_options();
+    options.max_duration = Time(2, TimeUnit::batch);
+    options.eval_interval = Time(2, TimeUnit::batch);
+    auto trainer = make_trainer(options);
+    auto recorder = std::make_shared<Recorder>();
+    trainer->add_plugin("recorder", recorder);
+    auto result = trainer->fit();
+    std::vector<std::string> expected = {"init", "fit_start", "iteration_start", "epoch_start"};
+    for (int b = 0; b < 2; ++b) {
+      for (const auto& e : train_batch_events()) expected.push_back(e);
+      if (b == 1)
         for (const char* e : {"eval_before_all", "eval_start", "eval_batch_start", "eval_before_forward",
                               "eval_after_forward", "eval_batch_end", "eval_end", "eval_after_all"})
           expected.push_back(e);
       expected.push_back("batch_checkpoint");
     }
-    for (const char* e : {"epoch_end", "epoch_checkpoint", "iteration_end", "iteration_checkpoint", "fit_end"})
-      expected.push_back(e);
+    expected.push_back("fit_end");  // the run ends inside the epoch: no epoch_end
     CHECK(recorder->events == expected);
+    REQUIRE(result.evals.size() == 1);  // no second, final evaluation at the same batch
+    CHECK(result.evals[0].at.batch == 2);
   }
 
   TEST_CASE("resume after an epoch ends bitwise identical to an uninterrupted run") {
