@@ -13,7 +13,7 @@
 
 #include "baton/error.h"
 #include "checkpoint/file_util.h"
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 
 namespace fs = std::filesystem;
 

@@ -20,7 +20,7 @@
 #include "baton/error.h"
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/file_util.h"
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 
 namespace fs = std::filesystem;
 

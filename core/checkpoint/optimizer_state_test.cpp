@@ -13,7 +13,7 @@
 
 #include "baton/error.h"
 #include "checkpoint/optimizer_state.h"
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

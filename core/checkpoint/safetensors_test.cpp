@@ -20,7 +20,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "baton/error.h"
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 
 namespace fs = std::filesystem;
 

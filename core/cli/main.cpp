@@ -107,16 +107,17 @@ int run_check(const CommonArgs& args) {
   return 0;
 }
 
-int run_eval(const CommonArgs& args, const std::string& checkpoint) {
+int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::string& weights) {
   baton::RunConfig config = load(args);
   baton::RunOptions options;
   options.write_run_dir = false;
   options.quiet = true;
+  options.eval_weights = weights;
   options.allow_insecure_plugins = args.allow_insecure;
   auto run = baton::build_run(config, options);
-  baton::EvalResult result = run->trainer->evaluate_standalone(checkpoint);
-  std::printf("checkpoint %s: eval loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(),
-              fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
+  for (const auto& result : run->trainer->evaluate_standalone(checkpoint))
+    std::printf("checkpoint %s: %s loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(),
+                fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
   return 0;
 }
 
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
 
   CommonArgs train_args, check_args, eval_args;
-  std::string resume, checkpoint;
+  std::string resume, checkpoint, weights;
   bool trace = false, quiet = false, plugins_insecure = false;
   std::vector<std::string> plugin_paths;
 
@@ -161,6 +162,8 @@ int main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation set");
   add_common(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint, "checkpoint folder")->required();
+  eval->add_option("--weights", weights, "with a plugin that keeps several weight sets (ema): which to evaluate")
+      ->check(CLI::IsMember({"ema", "raw"}));
 
   auto* plugins = app.add_subcommand("plugins", "list the plugins found, with name, version and ABI");
   plugins->add_option("--path", plugin_paths, "extra folder to search (repeatable)");
@@ -176,7 +179,7 @@ int main(int argc, char** argv) {
   try {
     if (*train) return run_train(train_args, resume, trace, quiet);
     if (*check) return run_check(check_args);
-    if (*eval) return run_eval(eval_args, checkpoint);
+    if (*eval) return run_eval(eval_args, checkpoint, weights);
     if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
   } catch (const baton::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -134,6 +134,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.progress = config.trainer.progress;
   t.log_interval = config.trainer.log_interval;
   t.lr_schedule = make_lr_schedule(config.scheduler);
+  t.eval_weights = options.eval_weights;
 
   run->trainer = std::make_unique<Trainer>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
                                            std::move(t));

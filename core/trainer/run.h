@@ -18,6 +18,7 @@ struct RunOptions {
   bool quiet = false;
   bool allow_insecure_plugins = false;
   bool write_run_dir = true;    // false: nothing is written (evaluation)
+  std::string eval_weights;     // baton eval --weights
 };
 
 struct BATON_API Run {

@@ -26,7 +26,7 @@
 #include "checkpoint/checkpoint_store.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/optimizer_state.h"
-#include "checkpoint/safetensors.h"
+#include "baton/safetensors.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/engine.h"
@@ -134,6 +134,7 @@ struct Trainer::Impl {
                                options.seed, options.rank, options.world_size}) {
     if (!optimizer) throw Error("the trainer needs an optimizer");
     state.device = options.device;
+    state.eval_weights = options.eval_weights;
     state.rank = options.rank;
     state.world_size = options.world_size;
     state.run_dir = options.run_dir;
@@ -347,10 +348,11 @@ struct Trainer::Impl {
     return at::cross_entropy_loss(output, target);
   }
 
-  EvalResult run_evaluation(const std::string& label) {
+  // One pass over the evaluation set with the weights the model holds now (plugins may have swapped them at
+  // eval_start), fired as eval_start … eval_end with state.eval_label = label.
+  EvalResult evaluation_pass(const std::string& label) {
     at::Device device(options.device);
     state.eval_label = label;
-    fire(Event::eval_before_all);
     fire(Event::eval_start);
     bool was_training = module->is_training();
     module->eval();
@@ -376,6 +378,7 @@ struct Trainer::Impl {
     }
     if (was_training) module->train();
     EvalResult result;
+    result.label = label;
     result.samples = seen;
     result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
     result.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
@@ -387,15 +390,24 @@ struct Trainer::Impl {
                    "  accuracy " + format_number(result.accuracy) + "  (" + std::to_string(seen) + " samples, " +
                    format_number(seconds, 1) + " s)");
     fire(Event::eval_end);
-    fire(Event::eval_after_all);
-    state.eval_label.clear();
-    logger->flush();
     return result;
+  }
+
+  // Every pass in state.eval_labels between eval_before_all and eval_after_all.
+  std::vector<EvalResult> run_evaluations() {
+    fire(Event::eval_before_all);
+    std::vector<EvalResult> results;
+    std::vector<std::string> labels = state.eval_labels;  // a plugin changing the list mid-evaluation affects the next
+    for (const auto& label : labels) results.push_back(evaluation_pass(label));
+    state.eval_label.clear();
+    fire(Event::eval_after_all);
+    logger->flush();
+    return results;
   }
 
   void evaluate_in_fit() {
     auto before = state.metrics;
-    run_evaluation("eval");
+    run_evaluations();
     // The record keeps every metric logged during the evaluation, so plugins' eval metrics show in the summary.
     EvalRecord record;
     record.at = state.progress.now;
@@ -617,14 +629,14 @@ struct Trainer::Impl {
     fsync_path(options.run_dir);
   }
 
-  EvalResult evaluate_standalone(const std::string& checkpoint) {
+  std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint) {
     std::exception_ptr failure;
-    EvalResult result;
+    std::vector<EvalResult> results;
     try {
       ensure_init();
       if (!checkpoint.empty()) load(checkpoint, /*with_training_state=*/false);
       fire(Event::eval_standalone_start);
-      result = run_evaluation("eval");
+      results = run_evaluations();
       fire(Event::eval_standalone_end);
     } catch (...) {
       failure = std::current_exception();
@@ -632,7 +644,7 @@ struct Trainer::Impl {
     for (const auto& message : engine->close()) logger->warn(message);
     logger->flush();
     if (failure) std::rethrow_exception(failure);
-    return result;
+    return results;
   }
 
   TrainerOptions options;
@@ -675,7 +687,9 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
 
 FitResult Trainer::fit() { return impl_->fit(); }
 
-EvalResult Trainer::evaluate_standalone(const std::string& checkpoint) { return impl_->evaluate_standalone(checkpoint); }
+std::vector<EvalResult> Trainer::evaluate_standalone(const std::string& checkpoint) {
+  return impl_->evaluate_standalone(checkpoint);
+}
 
 void Trainer::request_stop(std::string reason) {
   impl_->external_stop_reason = std::move(reason);

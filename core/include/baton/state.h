@@ -49,8 +49,15 @@ struct BATON_API State {
 
   /// Latest value of every logged metric: "train/loss", "eval/accuracy", plugin metrics.
   std::map<std::string, double> metrics;
-  /// The prefix of the evaluation running now ("eval"); empty outside evaluation.
+  /// The evaluation passes run at each evaluation point, in order, each firing eval_start … eval_end with
+  /// eval_label set to it; metrics are logged as "<label>/loss", "<label>/accuracy". A plugin may add passes at
+  /// init (the EMA plugin adds "eval_raw" to evaluate the raw weights as well as the averaged ones).
+  std::vector<std::string> eval_labels = {"eval"};
+  /// The evaluation pass running now; empty outside evaluation.
   std::string eval_label;
+  /// Which weights a standalone evaluation should use when a plugin keeps more than one set ("ema", "raw");
+  /// empty for the plugin's own default (`baton eval --weights`).
+  std::string eval_weights;
 
   /// The run folder (metrics.jsonl, checkpoints/); empty when the run writes nothing.
   std::string run_dir;

@@ -42,6 +42,9 @@ struct TrainerOptions {
   std::function<double(const Progress&)> lr_schedule;
   /// Loss of a batch; default cross entropy on logits and class indices.
   std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)> loss;
+  /// For evaluation: which weights a plugin that keeps several sets should use ("", "ema", "raw"); see
+  /// State::eval_weights.
+  std::string eval_weights;
   int rank = 0;
   int world_size = 1;
 };
@@ -61,6 +64,7 @@ struct FitResult {
 };
 
 struct EvalResult {
+  std::string label;  // the evaluation pass: "eval", or one a plugin added (State::eval_labels)
   double loss = 0;
   double accuracy = 0;
   std::int64_t samples = 0;
@@ -82,8 +86,8 @@ class BATON_API Trainer {
   FitResult fit();
 
   /// Evaluates on the eval set, firing eval_standalone_start/end around the evaluation events; loads
-  /// `checkpoint` first when given (before_load/after_load).
-  EvalResult evaluate_standalone(const std::string& checkpoint = "");
+  /// `checkpoint` first when given (before_load/after_load). One result per evaluation pass (State::eval_labels).
+  std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint = "");
 
   /// Asks a running fit() to stop after the current batch (safe to call from a signal handler's flag poller).
   void request_stop(std::string reason);

@@ -3,6 +3,7 @@
 // N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"<key>": "<string>"}} padded with spaces to a multiple of 8, then the tensor bytes
 // (little-endian, row-major, offsets relative to the end of the header). Readable by Python's safetensors.
+// Public: plugins and programs use it to export weights (model.safetensors, ema.safetensors).
 #include <cstdint>
 #include <map>
 #include <string>
