@@ -1,0 +1,115 @@
+#pragma once
+// An exponential moving average of a model's weights, usable on its own in any LibTorch loop (like ema-pytorch or
+// NeMo's EMAManager) and the engine of the `ema` plugin:
+//
+//   baton::EmaOptions options;  options.smoothing = 0.999;
+//   baton::ExponentialMovingAverage ema(*model, options);
+//   for (...) { loss.backward(); optimizer.step(); ema.update(*model); }
+//   { baton::EmaSwapGuard guard(ema, *model); evaluate(model); }   // EMA weights in, raw weights back (bitwise)
+//
+// For every averaged tensor:  ema <- s * ema + (1 - s) * w   (s = smoothing, 0 <= s <= 1).
+// Integer buffers (BatchNorm's num_batches_tracked) are always copied, never averaged; floating buffers are averaged
+// or copied (EmaOptions::buffers); names matching an `exclude` glob are copied. The EMA never enters autograd.
+// The update is one fused pass over every tensor in a single parallel region on CPU (bf16/fp16 weights converted
+// to an fp32 EMA on the fly), and LibTorch's fused ops on other devices (no host synchronisation).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "baton/export.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace baton {
+
+enum class EmaBuffers { average, copy };
+
+struct EmaOptions {
+  double smoothing = 0.999;                  // s; must lie in [0, 1]
+  EmaBuffers buffers = EmaBuffers::average;  // floating buffers; integer buffers are always copied
+  std::vector<std::string> exclude;          // glob patterns ('*', '?') of names copied instead of averaged
+  bool float32 = false;                      // keep an fp32 EMA of bf16/fp16 weights (otherwise the weights' dtype)
+  std::string device;                        // "" = the model's device; "cpu" keeps the EMA in host memory
+};
+
+class BATON_API ExponentialMovingAverage {
+ public:
+  /// An empty EMA; reset(model) fills it.
+  explicit ExponentialMovingAverage(EmaOptions options = {});
+  /// An EMA initialised from the model's current parameters and buffers.
+  ExponentialMovingAverage(const torch::nn::Module& model, EmaOptions options = {});
+  ~ExponentialMovingAverage();
+  ExponentialMovingAverage(ExponentialMovingAverage&&) noexcept;
+  ExponentialMovingAverage& operator=(ExponentialMovingAverage&&) noexcept;
+
+  /// (Re)initialises the average from the model's current parameters and buffers (a copy).
+  void reset(const torch::nn::Module& model);
+  bool initialized() const;
+
+  /// One update with options().smoothing, or with `smoothing` (e.g. a warmup schedule's value).
+  void update(const torch::nn::Module& model);
+  void update(const torch::nn::Module& model, double smoothing);
+
+  /// Exchanges the model's weights and buffers with the EMA in place (no second model). Calling it again puts the
+  /// raw weights back bitwise identical. Between the two calls the model holds the EMA (in the model's dtype).
+  void swap(torch::nn::Module& model);
+  /// Whether the model currently holds the EMA weights (an odd number of swap calls).
+  bool swapped() const;
+
+  /// Copies the EMA into the model (its own weights are overwritten).
+  void copy_to(torch::nn::Module& model) const;
+
+  /// Moves the EMA to a device ("cpu", "cuda:0"); by default it lives where the model does.
+  void to(const std::string& device);
+  std::string device() const;
+
+  bool contains(const std::string& name) const;
+  /// Number of tensors (parameters and buffers) kept.
+  std::size_t size() const;
+  std::vector<std::string> names() const;
+  /// Bytes held by the average.
+  std::int64_t bytes() const;
+  /// The EMA tensor of a parameter or buffer (shared, not a copy). Throws baton::Error naming an unknown name.
+  at::Tensor get(const std::string& name) const;
+
+  /// Caller-owned copies of every EMA tensor under the model's names.
+  std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
+  /// Replaces the EMA with `state`, checking names, shapes and dtypes against the EMA's layout (which needs an
+  /// initialised EMA). strict: every kept tensor must be present and none extra. Throws baton::Error naming the
+  /// offending tensor.
+  void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
+
+  const EmaOptions& options() const;
+  void set_smoothing(double smoothing);  // throws baton::Error outside [0, 1]
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Puts the EMA weights into the model for its lifetime and the raw weights back when it ends (also on exceptions).
+class BATON_API EmaSwapGuard {
+ public:
+  EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model);
+  ~EmaSwapGuard();
+  EmaSwapGuard(const EmaSwapGuard&) = delete;
+  EmaSwapGuard& operator=(const EmaSwapGuard&) = delete;
+
+ private:
+  ExponentialMovingAverage& ema_;
+  torch::nn::Module& model_;
+  bool swapped_ = false;
+};
+
+/// s = 2^(-interval / half_life); a half life of 0 gives 0 (no averaging: the EMA equals the weights).
+BATON_API double smoothing_from_half_life(double half_life, double interval = 1);
+/// The half life (in the unit of `interval`) of a per-update smoothing: interval * ln 2 / -ln s; s = 0 gives 0.
+BATON_API double half_life_from_smoothing(double smoothing, double interval = 1);
+
+}  // namespace baton
