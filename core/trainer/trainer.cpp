@@ -4,6 +4,7 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,6 +31,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "engine/engine.h"
+#include "logging/eval_plot.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
 
@@ -605,16 +607,35 @@ struct Trainer::Impl {
       if (!failure) failure = std::current_exception();
       else logger->warn(e.what());
     }
-    if (!failure && options.rank == 0 && !options.run_dir.empty()) {
+    if (options.rank == 0 && !options.run_dir.empty()) {
       try {
-        export_model();
+        if (!failure) export_model();
+        write_accuracy_plot();
       } catch (...) {
-        failure = std::current_exception();
+        if (!failure) failure = std::current_exception();
       }
     }
     for (const auto& message : engine->close()) logger->warn(message);
     logger->flush();
     if (failure) std::rethrow_exception(failure);
+  }
+
+  // <run_dir>/eval_accuracy.svg: every "<pass>/accuracy" metric over the evaluations, e.g. EMA against raw weights.
+  void write_accuracy_plot() {
+    std::vector<PlotSeries> series;
+    for (const auto& record : evals)
+      for (const auto& [name, value] : record.metrics) {
+        if (name.size() < 9 || name.compare(name.size() - 9, 9, "/accuracy") != 0) continue;
+        auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.label == name; });
+        if (it == series.end()) it = series.insert(series.end(), PlotSeries{name, {}});
+        it->points.emplace_back(static_cast<double>(record.at.batch), value);
+      }
+    if (series.empty()) return;
+    PlotOptions plot;
+    plot.title = "evaluation accuracy";
+    plot.y_label = "accuracy";
+    fs::create_directories(options.run_dir);
+    write_line_chart_svg((fs::path(options.run_dir) / "eval_accuracy.svg").string(), series, plot);
   }
 
   void export_model() {

@@ -1,0 +1,61 @@
+#pragma once
+// The CPU update kernel of baton::ExponentialMovingAverage, free of LibTorch so it stays cheap to compile and test.
+// A Plan is built once per memory layout (the tensors' addresses do not change between updates): every tensor is
+// cut into chunks of about kChunkElements, and one OpenMP parallel loop runs all chunks of all tensors, so a model
+// of a few hundred tensors costs one parallel region per update, not one per tensor.
+#include <cstdint>
+#include <vector>
+
+namespace baton::ema_kernel {
+
+/// Element types the kernel converts on the fly; anything else (integers, bool) is copied as bytes.
+enum class Element : std::uint8_t { f32, f64, bf16, f16, bytes };
+
+/// Bytes per element (1 for Element::bytes: a bytes task counts bytes, not elements).
+std::int64_t element_size(Element element);
+
+/// One tensor pair. An averaged task does ema <- ema + (1 - s) * (weight - ema), in fp32 arithmetic (fp64 when
+/// the EMA is fp64), reading bf16/fp16 as fp32 and rounding back to nearest-even when storing them. A copy task
+/// converts weight into ema. Both buffers are dense and `numel` elements long.
+struct Task {
+  void* ema = nullptr;
+  const void* weight = nullptr;
+  std::int64_t numel = 0;
+  Element ema_type = Element::f32;
+  Element weight_type = Element::f32;
+  bool copy = false;
+  bool operator==(const Task& other) const;
+  bool operator!=(const Task& other) const { return !(*this == other); }
+};
+
+/// Whether a task with these element types can run (bytes only pairs with bytes; copies need no arithmetic).
+bool supported(Element ema_type, Element weight_type);
+
+constexpr std::int64_t kChunkElements = std::int64_t{1} << 16;
+
+class Plan {
+ public:
+  Plan() = default;
+  explicit Plan(std::vector<Task> tasks, std::int64_t chunk_elements = kChunkElements);
+
+  const std::vector<Task>& tasks() const { return tasks_; }
+  std::size_t chunks() const { return chunks_.size(); }
+
+  /// Runs every task once with smoothing s (s == 0 copies every tensor, so the EMA equals the weights exactly).
+  /// threads <= 0 uses omp_get_max_threads(). Returns the number of threads the parallel region ran with.
+  int run(double smoothing, int threads = 0) const;
+
+ private:
+  struct Chunk {
+    std::uint32_t task;
+    std::int64_t begin;
+    std::int64_t end;
+  };
+  void run_chunk(const Chunk& chunk, double blend, bool copy_all) const;
+
+  std::vector<Task> tasks_;
+  std::vector<Chunk> chunks_;
+  std::int64_t elements_ = 0;
+};
+
+}  // namespace baton::ema_kernel
