@@ -1,0 +1,277 @@
+// The `ema` plugin: an exponential moving average of the model's weights (Composer's EMA algorithm, without its
+// bugs), evaluated in place of (or beside) the raw weights, exported with every checkpoint, and used to select the
+// best checkpoints. A thin adapter over baton::ExponentialMovingAverage; docs/ema.md describes it for users.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <torch/nn/module.h>
+
+#include "baton/ema.h"
+#include "baton/plugin.h"
+#include "baton/safetensors.h"
+
+#include "ema_files.h"
+#include "ema_schedule.h"
+#include "ema_selection.h"
+#include "ema_settings.h"
+
+namespace fs = std::filesystem;
+
+namespace baton::ema_plugin {
+namespace {
+
+constexpr const char* kShadowPrefix = "shadow/";
+constexpr const char* kExportFile = "ema.safetensors";
+constexpr const char* kRawLabel = "eval_raw";
+
+NamedTensors model_state_copy(const torch::nn::Module& model) {
+  NamedTensors out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value().detach().clone());
+  for (const auto& item : model.named_buffers(/*recurse=*/true))
+    out.emplace_back(item.key(), item.value().detach().clone());
+  return out;
+}
+
+// An evaluation measured at one point of training, waiting for a checkpoint at that same point.
+struct Candidate {
+  double value = 0;
+  Timestamp at;
+};
+
+class EmaAlgorithm final : public Algorithm {
+ public:
+  explicit EmaAlgorithm(const PluginConfig& config)
+      : settings_(parse_settings(config)),
+        ema_(settings_.ema),
+        ranking_(settings_.select.metric, settings_.select.maximize, settings_.select.keep) {}
+
+  bool match(Event event, const State&) override {
+    switch (event) {
+      case Event::init:
+      case Event::after_load:
+      case Event::fit_start:
+      case Event::batch_start:
+      case Event::batch_end:
+      case Event::epoch_end:
+      case Event::eval_start:
+      case Event::eval_end:
+      case Event::eval_after_all:
+      case Event::batch_checkpoint:
+      case Event::epoch_checkpoint:
+      case Event::fit_end: return true;
+      default: return false;
+    }
+  }
+
+  void apply(Event event, State& state, Logger& logger) override {
+    switch (event) {
+      case Event::init: return on_init(state);
+      case Event::after_load: return on_after_load(state, logger);
+      case Event::fit_start: return on_fit_start(state, logger);
+      case Event::batch_start:
+        candidate_.reset();
+        return restore_raw();
+      case Event::batch_end:
+      case Event::epoch_end:
+        if (update_due(event, state.progress, settings_.update_interval)) update(state);
+        return;
+      case Event::eval_start: return on_eval_start(state);
+      case Event::eval_end: return restore_raw();
+      case Event::eval_after_all: return on_evaluated(state);
+      case Event::batch_checkpoint:
+      case Event::epoch_checkpoint: return on_checkpoint(state, logger);
+      case Event::fit_end: return on_fit_end(state);
+      default: return;
+    }
+  }
+
+  void state_dict(StateDict& out) const override {
+    if (!ema_.initialized()) return;
+    for (auto& [name, tensor] : ema_.state_dict()) out.set_tensor(kShadowPrefix + name, tensor);
+    out.set_bool("started", started_);
+    out.set_int("updates", updates_);
+    out.set_double("smoothing", settings_.base_smoothing());
+    if (settings_.select.enabled) ranking_.save(out);
+  }
+
+  void load_state_dict(const StateDict& in) override {
+    // Checkpoints written without this plugin: the EMA restarts from the loaded weights at after_load, where a
+    // logger is at hand to say so.
+    restart_from_weights_ = !in.has("started");
+    if (restart_from_weights_) return;
+    if (!ema_.initialized()) throw Error("the EMA is loaded before init built it");
+    std::vector<std::pair<std::string, at::Tensor>> shadow;
+    const std::string prefix = kShadowPrefix;
+    for (const auto& key : in.tensor_keys())
+      if (key.rfind(prefix, 0) == 0) shadow.emplace_back(key.substr(prefix.size()), in.tensor(key));
+    try {
+      ema_.load_state_dict(shadow, /*strict=*/true);
+    } catch (const Error& e) {
+      throw CheckpointError(std::string("the EMA in the checkpoint does not match the model: ") + e.what());
+    }
+    started_ = in.get_bool("started");
+    updates_ = in.get_int("updates");
+    if (settings_.select.enabled) ranking_discarded_ = !ranking_.load(in);
+  }
+
+  void close() override { restore_raw(); }
+
+ private:
+  void on_init(State& state) {
+    if (state.model == nullptr) throw Error("the ema plugin needs a model");
+    model_ = state.model;
+    if (!state.eval_weights.empty() && state.eval_weights != "ema" && state.eval_weights != "raw")
+      throw Error("unknown weights '" + state.eval_weights + "' to evaluate: expected \"ema\" or \"raw\"");
+    // Built now so that a checkpoint loaded before fit (resume, baton eval) has somewhere to go.
+    ema_.reset(*model_);
+    started_ = false;
+    updates_ = 0;
+    if (settings_.eval == EvalMode::both &&
+        std::find(state.eval_labels.begin(), state.eval_labels.end(), kRawLabel) == state.eval_labels.end())
+      state.eval_labels.push_back(kRawLabel);
+  }
+
+  void on_after_load(State& state, Logger& logger) {
+    if (restart_from_weights_) {
+      restart_from_weights_ = false;
+      ema_.reset(*model_);
+      started_ = state.progress.reached(settings_.ema_start);
+      updates_ = started_ ? 1 : 0;
+      logger.warn("ema: " + state.last_checkpoint +
+                  " holds no EMA state (saved without the ema plugin): the EMA starts from the loaded weights");
+    }
+    if (ranking_discarded_) {
+      ranking_discarded_ = false;
+      logger.warn("ema: the checkpoint's selection ranked checkpoints by another metric or mode; selection by " +
+                  settings_.select.metric + " (" + ranking_.mode() + ") starts afresh");
+    }
+    ema_.to(target_device(state));
+  }
+
+  void on_fit_start(State& state, Logger& logger) {
+    fitting_ = true;
+    ema_.to(target_device(state));
+    logger.info(settings_.describe(state.progress.batches_per_epoch));
+    logger.log_metric("ema/smoothing", settings_.base_smoothing());
+    double half_life = settings_.half_life_batches(state.progress.batches_per_epoch);
+    if (std::isfinite(half_life)) logger.log_metric("ema/half_life_batches", half_life);
+    // A resumed run may come from an earlier checkpoint than best/ reflects, or from a crash between a save and
+    // its copy into best/: best/ is made to match the restored ranking.
+    if (selecting(state) && !ranking_.entries().empty())
+      for (const auto& warning : publish_best(best_dir(state), ranking_)) logger.warn(warning);
+  }
+
+  void update(State& state) {
+    if (!started_) {
+      if (!state.progress.reached(settings_.ema_start)) return;
+      ema_.reset(*model_);
+      ema_.to(target_device(state));
+      started_ = true;
+      updates_ = 1;
+      return;
+    }
+    ema_.update(*model_, warmup_smoothing(settings_, settings_.base_smoothing(), updates_));
+    ++updates_;
+  }
+
+  bool wants_ema(const State& state) const {
+    if (state.eval_label != "eval") return false;
+    if (!state.eval_weights.empty()) return state.eval_weights == "ema";
+    return settings_.eval != EvalMode::raw;
+  }
+
+  void on_eval_start(State& state) {
+    // Before ema_start there is no average yet: the raw weights are evaluated.
+    if (wants_ema(state) && started_ && !ema_.swapped()) ema_.swap(*model_);
+  }
+
+  void restore_raw() {
+    if (ema_.initialized() && ema_.swapped()) ema_.swap(*model_);
+  }
+
+  void on_evaluated(State& state) {
+    // Selection ranks the checkpoints of training; a standalone evaluation saves none.
+    if (!settings_.select.enabled || !fitting_) return;
+    auto it = state.metrics.find(settings_.select.metric);
+    if (it == state.metrics.end()) {
+      std::string logged;
+      for (const auto& [name, value] : state.metrics) logged += (logged.empty() ? "" : ", ") + name;
+      settings_.select.table.fail("metric", "metric '" + settings_.select.metric +
+                                                "' was never logged, so no checkpoint can be selected by it "
+                                                "(logged so far: " + logged + ")");
+    }
+    candidate_ = Candidate{it->second, state.progress.now};
+  }
+
+  void on_checkpoint(State& state, Logger& logger) {
+    if (state.checkpoint == nullptr) return;
+    StateDict file;
+    for (auto& [name, tensor] : inference_weights()) file.set_tensor(name, tensor);
+    file.set_bool("ema_started", started_);
+    file.set_int("ema_updates", updates_);
+    file.set_double("smoothing", settings_.base_smoothing());
+    state.checkpoint->add_tensors_file(kExportFile, file);
+    select(state, logger);
+  }
+
+  // The ranking takes the candidate before the checkpoint captures this plugin's state, so the checkpoint
+  // remembers its own place in it; best/ follows once the checkpoint is on disk.
+  void select(State& state, Logger& logger) {
+    if (!selecting(state) || !candidate_ || candidate_->at.batch != state.progress.now.batch) return;
+    const std::string path = state.checkpoint->path();
+    RankedCheckpoint entry{fs::path(path).filename().string(), path, candidate_->value, candidate_->at.epoch,
+                           candidate_->at.batch};
+    candidate_.reset();
+    if (!ranking_.offer(entry)) return;
+    Logger* log = &logger;
+    std::string best = best_dir(state);
+    Ranking ranking = ranking_;
+    state.checkpoint->after_commit([log, best, ranking, name = entry.name](const std::string&) {
+      for (const auto& warning : publish_best(best, ranking, name)) log->warn(warning);
+    });
+  }
+
+  void on_fit_end(State& state) {
+    fitting_ = false;
+    restore_raw();
+    if (state.run_dir.empty() || state.rank != 0 || !ema_.initialized()) return;
+    std::map<std::string, std::string> metadata{{"format", "pt"},
+                                                {"baton.ema_started", started_ ? "true" : "false"},
+                                                {"baton.ema_updates", std::to_string(updates_)}};
+    write_tensors_atomically(fs::path(state.run_dir) / kExportFile, inference_weights(), metadata);
+  }
+
+  // What inference should use: the average once it has started, the raw weights before.
+  NamedTensors inference_weights() const { return started_ ? ema_.state_dict() : model_state_copy(*model_); }
+
+  bool selecting(const State& state) const {
+    return settings_.select.enabled && !state.run_dir.empty() && state.rank == 0;
+  }
+
+  static std::string best_dir(const State& state) { return (fs::path(state.run_dir) / "best").string(); }
+
+  std::string target_device(const State& state) const {
+    return settings_.ema.device.empty() ? state.device : settings_.ema.device;
+  }
+
+  EmaSettings settings_;
+  ExponentialMovingAverage ema_;
+  Ranking ranking_;
+  torch::nn::Module* model_ = nullptr;
+  bool started_ = false;
+  std::int64_t updates_ = 0;
+  bool restart_from_weights_ = false;
+  bool ranking_discarded_ = false;
+  bool fitting_ = false;
+  std::optional<Candidate> candidate_;
+};
+
+}  // namespace
+}  // namespace baton::ema_plugin
+
+BATON_PLUGIN(baton::ema_plugin::EmaAlgorithm, "ema", "1.0.0",
+             "exponential moving average of the weights: swap-to-EMA evaluation, export, checkpoint selection")

@@ -1,0 +1,147 @@
+#pragma once
+// Shared by the ema plugin's tests: loading the built plugin through the loader (as `baton train` does), small
+// synthetic trainers, a recorder of the weight trajectory, and the closed-form EMA of a recorded trajectory.
+// Include after "baton_test.h".
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ops/equal.h>
+#include <torch/nn/module.h>
+#include <torch/optim/sgd.h>
+
+#include "baton/safetensors.h"
+#include "baton/trainer.h"
+#include "data/dataset.h"
+#include "loader/plugin_loader.h"
+#include "models/models.h"
+
+namespace ema_test {
+
+namespace fs = std::filesystem;
+using baton::Event;
+using baton::Time;
+using baton::TimeUnit;
+using Weights = std::map<std::string, at::Tensor>;
+
+inline baton::LoadedPlugin load_ema(const std::string& toml) {
+  return baton::PluginLoader().load(BATON_EMA_PLUGIN_FILE, baton::PluginConfig::from_toml(toml, "ema", "run.toml"));
+}
+
+inline baton::TrainerOptions quiet_options(const std::string& run_dir = "") {
+  baton::TrainerOptions o;
+  o.batch_size = 32;
+  o.eval_batch_size = 50;
+  o.max_duration = Time(2, TimeUnit::epoch);
+  o.eval_interval = Time(1, TimeUnit::epoch);
+  o.save_interval = Time(1, TimeUnit::epoch);
+  o.quiet = true;
+  o.progress = false;
+  o.run_dir = run_dir;
+  o.seed = 11;
+  return o;
+}
+
+/// A small convnet (BatchNorm buffers included) on 96 synthetic samples: 3 batches of 32 per epoch.
+inline std::unique_ptr<baton::Trainer> make_trainer(baton::TrainerOptions options) {
+  at::manual_seed(5);
+  baton::ModelSpec spec;
+  spec.name = "convnet";
+  spec.widths = {4, 8};
+  auto model = baton::make_model(spec);
+  auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(),
+                                                       torch::optim::SGDOptions(0.05).momentum(0.9));
+  return std::make_unique<baton::Trainer>(model, optimizer, baton::make_synthetic_dataset(96, 7),
+                                          baton::make_synthetic_dataset(50, 8), std::move(options));
+}
+
+inline Weights copy_state(const torch::nn::Module& model) {
+  Weights out;
+  for (const auto& item : model.named_parameters(true)) out[item.key()] = item.value().detach().clone();
+  for (const auto& item : model.named_buffers(true)) out[item.key()] = item.value().detach().clone();
+  return out;
+}
+
+inline Weights to_map(const baton::NamedTensors& tensors) {
+  Weights out;
+  for (const auto& [name, tensor] : tensors) out[name] = tensor;
+  return out;
+}
+
+/// The plugin's EMA tensors, from its checkpoint state ("shadow/<name>").
+inline Weights shadow_of(const baton::Plugin& plugin) {
+  baton::StateDict state;
+  plugin.state_dict(state);
+  Weights out;
+  for (const auto& key : state.tensor_keys())
+    if (key.rfind("shadow/", 0) == 0) out[key.substr(7)] = state.tensor(key);
+  return out;
+}
+
+inline bool bitwise_equal(const Weights& a, const Weights& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, tensor] : a) {
+    auto it = b.find(name);
+    if (it == b.end() || tensor.scalar_type() != it->second.scalar_type() || !at::equal(tensor, it->second))
+      return false;
+  }
+  return true;
+}
+
+/// Records the weights after every batch (batch_end) under the batch count.
+struct TrajectoryRecorder : baton::Algorithm {
+  std::map<std::int64_t, Weights> at_batch;
+  bool match(Event e, const baton::State&) override { return e == Event::batch_end; }
+  void apply(Event, baton::State& s, baton::Logger&) override { at_batch[s.timestamp().batch] = copy_state(*s.model); }
+};
+
+/// The EMA written out by hand: a copy of the weights at the first step's batch, then e = s e + (1 - s) w at each
+/// further (batch, s), in double precision. Integer tensors are copied at every step.
+inline Weights closed_form_ema(const std::map<std::int64_t, Weights>& trajectory,
+                               const std::vector<std::pair<std::int64_t, double>>& steps) {
+  Weights e;
+  for (const auto& [name, w] : trajectory.at(steps.front().first))
+    e[name] = w.is_floating_point() ? w.to(at::kDouble) : w.clone();
+  for (std::size_t i = 1; i < steps.size(); ++i) {
+    auto [batch, s] = steps[i];
+    for (const auto& [name, w] : trajectory.at(batch)) {
+      if (w.is_floating_point())
+        e[name] = e[name] * s + w.to(at::kDouble) * (1.0 - s);
+      else
+        e[name] = w.clone();
+    }
+  }
+  return e;
+}
+
+/// Largest |a - b| over every tensor of `expected` (in double); integer tensors must match exactly (else +inf).
+inline double max_difference(const Weights& actual, const Weights& expected) {
+  double worst = 0;
+  for (const auto& [name, want] : expected) {
+    auto it = actual.find(name);
+    if (it == actual.end()) return INFINITY;
+    const at::Tensor& got = it->second;
+    if (!want.is_floating_point()) {
+      if (got.scalar_type() != want.scalar_type() || !at::equal(got, want)) return INFINITY;
+      continue;
+    }
+    double d = (got.to(at::kDouble) - want).abs().max().item<double>();
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+inline bool warned(const baton::Trainer& trainer, const std::string& part) {
+  for (const auto& w : trainer.warnings())
+    if (contains(w, part)) return true;
+  return false;
+}
+
+}  // namespace ema_test
