@@ -24,8 +24,11 @@ function(baton_add_plugin name)
     VISIBILITY_INLINES_HIDDEN ON
     POSITION_INDEPENDENT_CODE ON
     CXX_EXTENSIONS OFF)
-  # A minimum, so a project built as C++20 stays C++20.
-  target_compile_features(${name} PRIVATE cxx_std_17)
+  # C++17 unless the project asks for a later standard.
+  get_target_property(standard ${name} CXX_STANDARD)
+  if(NOT standard OR standard LESS 17 OR standard EQUAL 98)
+    set_target_properties(${name} PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  endif()
   target_link_libraries(${name} PRIVATE baton::baton)
   # A symbol the plugin uses but nothing defines (a class missing BATON_API in the SDK, a forgotten source
   # file) is then a link error naming it, instead of "undefined symbol" when a run loads the plugin.

@@ -198,6 +198,7 @@ struct PluginConfig::Impl {
     std::string name;
     std::string file;
     std::set<std::string> read;  // dotted paths
+    std::shared_ptr<const Shared> origin;  // a renamed view's tables live in its origin's root
   };
 
   std::shared_ptr<Shared> shared;
@@ -303,6 +304,18 @@ PluginConfig PluginConfig::from_toml(std::string_view toml_text, std::string plu
 
 const std::string& PluginConfig::plugin_name() const { return impl_->shared->name; }
 
+PluginConfig PluginConfig::renamed(std::string plugin_name) const {
+  // The new record points into the original's table rather than copying it: toml++ does not copy source
+  // positions, and errors need them.
+  auto shared = std::make_shared<Impl::Shared>();
+  shared->name = std::move(plugin_name);
+  shared->file = impl_->shared->file;
+  shared->read = impl_->shared->read;
+  shared->origin = impl_->shared;
+  auto impl = std::make_shared<Impl>(Impl{std::move(shared), impl_->table, impl_->prefix, impl_->where});
+  return PluginConfig(std::move(impl));
+}
+
 bool PluginConfig::has(std::string_view key) const { return impl_->find(key) != nullptr; }
 
 template <class T>
@@ -339,6 +352,17 @@ template BATON_API std::vector<std::string> PluginConfig::get<std::vector<std::s
 template BATON_API std::vector<double> PluginConfig::get<std::vector<double>>(std::string_view) const;
 template BATON_API std::vector<std::int64_t> PluginConfig::get<std::vector<std::int64_t>>(std::string_view) const;
 template BATON_API PluginConfig PluginConfig::get<PluginConfig>(std::string_view) const;
+
+Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units) const {
+  const Time time = get<Time>(key);
+  if (units.empty() || std::find(units.begin(), units.end(), time.unit()) != units.end()) return time;
+  std::string allowed;
+  for (std::size_t i = 0; i < units.size(); ++i)
+    allowed += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(units[i]));
+  const toml::node& node = *impl_->table->get(key);
+  throw ConfigError(impl_->location(node), impl_->full_key(key),
+                    "expected a time in " + allowed + ", got " + toml_detail::describe(node));
+}
 
 std::vector<std::string> PluginConfig::keys() const {
   std::vector<std::string> out;

@@ -173,4 +173,51 @@ TEST_SUITE("config") {
     CHECK(message.rfind("p.toml:2:5: ", 0) == 0);
     CHECK(message.find("expected value") != std::string::npos);
   }
+  TEST_CASE("get_time restricts a time string to the units a plugin supports") {
+    const PluginConfig c = PluginConfig::from_toml("every = \"2sp\"\nwarmup = \"3ep\"\nhalf = \"0.5dur\"\n", "p", "p.toml");
+    const std::vector<TimeUnit> batch_or_epoch = {TimeUnit::batch, TimeUnit::epoch};
+    CHECK(c.get_time("warmup", batch_or_epoch) == Time(3, TimeUnit::epoch));
+    CHECK(error_of([&] { c.get_time("every", batch_or_epoch); }) ==
+          "p.toml:1:9: plugins.p.every: expected a time in ba or ep, got string \"2sp\"");
+    CHECK(error_of([&] { c.get_time("half", {TimeUnit::batch, TimeUnit::epoch, TimeUnit::sample}); }) ==
+          "p.toml:3:8: plugins.p.half: expected a time in ba, ep or sp, got string \"0.5dur\"");
+    CHECK(c.get_time("every", {}) == Time(2, TimeUnit::sample));  // no restriction
+    CHECK(c.get_time_or("absent", Time(5, TimeUnit::batch), batch_or_epoch) == Time(5, TimeUnit::batch));
+    CHECK(c.get_time_or("warmup", Time(5, TimeUnit::batch), batch_or_epoch) == Time(3, TimeUnit::epoch));
+    CHECK_THROWS_AS(c.get_time_or("every", Time(5, TimeUnit::batch), batch_or_epoch), ConfigError);
+    // A value that is not a time string at all fails as get<Time> does.
+    const PluginConfig bad = PluginConfig::from_toml("every = 3\n", "p", "p.toml");
+    CHECK(error_of([&] { bad.get_time("every", batch_or_epoch); }) ==
+          "p.toml:1:9: plugins.p.every: expected a time string such as \"2ep\", got integer 3");
+    CHECK(bad.unread_keys().empty());
+  }
+
+  TEST_CASE("get_or with a text default reads a string") {
+    const PluginConfig c = PluginConfig::from_toml("mode = \"slow\"\ncount = 2\n", "p", "p.toml");
+    CHECK(c.get_or("mode", "fast") == "slow");
+    CHECK(c.get_or("absent", "fast") == "fast");
+    CHECK(error_of([&] { c.get_or("count", "x"); }) == "p.toml:2:9: plugins.p.count: expected a string, got integer 2");
+  }
+
+  TEST_CASE("lists: get_or with a list default, and an empty list") {
+    const PluginConfig c = PluginConfig::from_toml("sizes = []\n", "p", "p.toml");
+    CHECK(c.get<std::vector<std::int64_t>>("sizes").empty());
+    CHECK(c.get_or<std::vector<double>>("weights", {0.5, 0.25}) == std::vector<double>{0.5, 0.25});
+    CHECK(c.get_or<std::vector<std::string>>("tags", {}).empty());
+  }
+  TEST_CASE("renamed names another plugin in errors and keeps what was read") {
+    const PluginConfig c = PluginConfig::from_toml("a = 1\nevry = 2\nsub = { x = 1, y = 2 }\n", "build/p.so", "r.toml");
+    CHECK(c.get<int>("a") == 1);
+    const PluginConfig sub = c.get<PluginConfig>("sub");
+    CHECK(sub.get<int>("x") == 1);
+    const PluginConfig named = c.renamed("grad_clip");
+    CHECK(named.plugin_name() == "grad_clip");
+    CHECK(c.plugin_name() == "build/p.so");  // the original is unchanged
+    CHECK(named.unread_keys() == std::vector<std::string>{"evry", "sub.y"});
+    CHECK(error_of([&] { named.reject_unread(); }) ==
+          "r.toml:2:1: plugins.grad_clip.evry: unknown key 'evry' for plugin 'grad_clip'");
+    const PluginConfig named_sub = sub.renamed("grad_clip");
+    CHECK(error_of([&] { named_sub.get<std::string>("y"); }) ==
+          "r.toml:3:20: plugins.grad_clip.sub.y: expected a string, got integer 2");
+  }
 }

@@ -14,6 +14,7 @@
 
 #include <torch/version.h>
 
+#include "engine/engine.h"
 #include "loader/plugin_loader.h"
 
 namespace fs = std::filesystem;
@@ -276,6 +277,32 @@ TEST_SUITE("loader") {
     } catch (const ConfigError& e) {
       CHECK(contains(e.what(), "threshhold"));
       CHECK(contains(e.what(), "run.toml"));
+    }
+  }
+
+  TEST_CASE("an exception thrown inside a loaded plugin on an event names the plugin and the event") {
+    // The whole-program case (baton train with this fixture) is in tests/cli_test.cpp; this one checks the
+    // conversion itself, with the exception object created by code in the plugin's library.
+    LoadedPlugin loaded = PluginLoader().load(fixture("fixture_event_throws"), PluginConfig());
+    baton::State state;
+    RecordingLogger logger;
+    baton::Engine engine(state, logger);
+    engine.add(baton::EngineEntry{loaded.id, loaded.algorithm, loaded.callback});
+    engine.fire(baton::Event::batch_start);  // it throws on batch_end only
+    CHECK(plugin_error([&] { engine.fire(baton::Event::batch_end); }) ==
+          "plugin 'fixture_event_throws' failed on event batch_end: fixture_event_throws: failure on batch_end");
+    CHECK(engine.close().empty());
+  }
+
+  TEST_CASE("a plugin given by path is named after its info in config errors") {
+    // The config knows a plugin loaded by `path` only by that path; errors name the plugin instead.
+    const std::string path = fixture("fixture_good");
+    try {
+      PluginLoader().load(path, PluginConfig::from_toml("threshold = 2\nthreshhold = 3", path, "run.toml"));
+      FAIL("the misspelt key was accepted");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) ==
+            "run.toml:2:1: plugins.fixture_good.threshhold: unknown key 'threshhold' for plugin 'fixture_good'");
     }
   }
 

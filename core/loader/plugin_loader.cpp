@@ -292,8 +292,11 @@ PluginInfo PluginLoader::inspect(const std::string& path) const { return open_pl
 
 LoadedPlugin PluginLoader::load(const std::string& path, const PluginConfig& config) const {
   OpenedPlugin opened = open_plugin(path, options_);
+  // A plugin given by path is known to the config only by its file; its errors should name the plugin.
+  const PluginConfig named =
+      config.plugin_name() == opened.info.name ? config : config.renamed(opened.info.name);
   LoadedPlugin loaded;
-  loaded.plugin = create_object(opened, config);
+  loaded.plugin = create_object(opened, named);
   loaded.info = std::move(opened.info);
   loaded.id = loaded.info.name;
   const std::string where = "plugin '" + loaded.info.name + "' (" + loaded.info.path + ")";
@@ -305,7 +308,7 @@ LoadedPlugin PluginLoader::load(const std::string& path, const PluginConfig& con
     if (!loaded.callback) throw PluginError(where + " declares itself a callback but is not a baton::Callback");
   }
   // After the constructor, so the keys it read count as read; a typo in the config is an error, not a default.
-  config.reject_unread();
+  named.reject_unread();
   return loaded;
 }
 

@@ -27,6 +27,9 @@ class BATON_API PluginConfig {
                                 std::string file = "<string>");
 
   const std::string& plugin_name() const;
+  /// A copy of this view whose errors name another plugin (with what has been read so far). The loader uses it
+  /// for a plugin given by `path`, so its errors read "plugins.<name from its info>.<key>", not the path.
+  PluginConfig renamed(std::string plugin_name) const;
   bool has(std::string_view key) const;
   /// Supported T: bool, int, std::int64_t, double (an integer is accepted), std::string, Time (a time string),
   /// std::vector<std::string>, std::vector<double>, std::vector<std::int64_t>, PluginConfig (an inline table).
@@ -36,6 +39,18 @@ class BATON_API PluginConfig {
   template <class T>
   T get_or(std::string_view key, T fallback) const {
     return has(key) ? get<T>(key) : fallback;
+  }
+  /// get_or("mode", "fast") reads a string (the template would take T = const char*, which is not supported).
+  std::string get_or(std::string_view key, const char* fallback) const {
+    return has(key) ? get<std::string>(key) : std::string(fallback);
+  }
+  /// A time string in one of `units`, e.g. get_time("every", {TimeUnit::batch, TimeUnit::epoch}). Any other unit
+  /// is a ConfigError at the key: "plugins.<plugin>.every: expected a time in ba or ep, got string \"2sp\"".
+  /// An empty list accepts every unit, as get<Time> does.
+  Time get_time(std::string_view key, const std::vector<TimeUnit>& units) const;
+  /// The same, or `fallback` when the key is absent (the fallback's unit is not checked).
+  Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units) const {
+    return has(key) ? get_time(key, units) : fallback;
   }
   /// Keys in file order.
   std::vector<std::string> keys() const;

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""The plugin SDK as a user meets it: install baton into a temporary prefix, build examples/plugins against it with
+find_package(baton), run the installed `baton train` with both example plugins loaded by path, and check what they
+did. Also checks that the SDK header stays light and that the installed binary needs no LD_LIBRARY_PATH.
+
+Run by CTest (tests/CMakeLists.txt); any failed check exits with status 1 and says what was expected."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAILED: " + message, flush=True)
+    return condition
+
+
+def require(condition, message):
+    if not condition:
+        print("FAILED: " + message, flush=True)
+        sys.exit(1)
+
+
+def run(cmd, cwd=None, env=None, expect=0):
+    """Runs cmd; returns (status, stdout, stderr). A status other than `expect` (unless None) stops the test."""
+    print("$ " + " ".join(str(c) for c in cmd), flush=True)
+    started = time.monotonic()
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
+    print(f"  (exit {proc.returncode}, {time.monotonic() - started:.1f} s)", flush=True)
+    if expect is not None and proc.returncode != expect:
+        print(proc.stdout[-4000:] + "\n" + proc.stderr[-4000:], flush=True)
+        require(False, f"{cmd[0]} exited with {proc.returncode}, expected {expect}")
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def user_env():
+    """A user's shell: nothing pointing into the build tree, so only RPATHs can find libbaton and the plugins."""
+    env = dict(os.environ)
+    for name in ("LD_LIBRARY_PATH", "BATON_PLUGIN_PATH"):
+        env.pop(name, None)
+    return env
+
+
+def check_installed_files(prefix, build):
+    expected = ["bin/baton", "lib/libbaton.so", "include/baton/plugin.h", "include/baton/plugin_config.h",
+                "include/baton/event.h", "include/baton/events.def", "include/baton/export.h",
+                "lib/cmake/baton/batonConfig.cmake", "lib/cmake/baton/batonConfigVersion.cmake",
+                "lib/cmake/baton/batonTargets.cmake", "lib/cmake/baton/BatonPlugin.cmake"]
+    for rel in expected:
+        check((prefix / rel).exists(), f"{rel} is not installed")
+    check(any(prefix.glob("lib/libbaton.so.*")), "lib/libbaton.so.<version> is not installed")
+    built_in = sorted(p.name for p in (build / "lib/baton/plugins").glob("*.so"))
+    installed = sorted(p.name for p in (prefix / "lib/baton/plugins").glob("*.so"))
+    check(installed == built_in, f"installed plugins {installed}, expected the built-in ones {built_in}")
+    check(not any(n.startswith(("fixture_", "bench_")) for n in installed), "test or benchmark plugins installed")
+    return installed
+
+
+def check_installed_binary(prefix, installed_plugins):
+    _, ldd, _ = run(["ldd", prefix / "bin/baton"], env=user_env())
+    line = next((l for l in ldd.splitlines() if "libbaton.so" in l), "")
+    resolved = os.path.realpath(line.split("=>")[-1].split("(")[0].strip()) if "=>" in line else ""
+    check(resolved.startswith(os.path.realpath(prefix / "lib") + os.sep),
+          f"the installed baton does not find libbaton in {prefix}/lib by itself: {line.strip()!r}")
+    status, out, err = run([prefix / "bin/baton", "plugins"], env=user_env(), expect=None)
+    check(status == 0, f"baton plugins exited with {status}: {err}")
+    check(str(prefix / "lib/baton/plugins") in out, f"baton plugins does not search {prefix}/lib/baton/plugins")
+    check("warning" not in err, f"an installed plugin does not load: {err.strip()}")
+    for name in installed_plugins:
+        check(re.search(r"^" + re.escape(name[:-3]) + r"\s", out, re.M) is not None,
+              f"baton plugins does not list the installed {name}")
+
+
+LIGHT_PLUGIN = """#include "baton/plugin.h"
+namespace {
+struct Light final : baton::Callback {
+  void batch_end(baton::State& state, baton::Logger& logger) override {
+    logger.log_metric("light/batch", static_cast<double>(state.timestamp().batch));
+  }
+};
+}  // namespace
+BATON_PLUGIN(Light, "light", "1.0.0", "a callback that includes only the SDK header")
+"""
+
+
+def check_header_is_light(args, prefix, scratch):
+    """A plugin TU including only baton/plugin.h must not see <torch/torch.h> nor any torch/nn header."""
+    source = scratch / "light_plugin.cpp"
+    source.write_text(LIGHT_PLUGIN)
+    includes = ["-I", prefix / "include"]
+    for d in filter(None, args.torch_includes.split(":")):
+        includes += ["-isystem", d]
+    _, deps, _ = run([args.cxx, "-std=c++17", *args.torch_cxx_flags.split(), *includes, "-M", source])
+    headers = deps.replace("\\\n", " ").split()[2:]
+    heavy = [h for h in headers if re.search(r"/torch/(torch\.h|nn\.h|nn/)", h)]
+    check(not heavy, f"baton/plugin.h pulls in heavy LibTorch headers: {heavy[:5]}")
+    check(any(h.endswith("torch/version.h") for h in headers), "baton/plugin.h no longer includes torch/version.h")
+    print(f"  a plugin TU including baton/plugin.h reads {len(headers)} headers, none of torch/torch.h or torch/nn",
+          flush=True)
+
+
+def metrics_of(run_dir):
+    path = run_dir / "metrics.jsonl"
+    require(path.exists(), f"{path} was not written")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def values(lines, key):
+    return [line[key] for line in lines if key in line]
+
+
+BASE_CONFIG = """[run]
+name = "{name}"
+dir = "runs"
+seed = 3
+
+[data]
+dataset = "synthetic"
+batch_size = 32
+synthetic_train_size = 256
+synthetic_eval_size = 64
+
+[model]
+name = "mlp"
+widths = [16]
+
+[optimizer]
+name = "sgd"
+lr = 0.05
+
+[trainer]
+max_duration = "1ep"
+eval_interval = "1ep"
+log_interval = "1ba"
+progress = false
+
+[checkpoint]
+save_interval = "0ep"
+"""
+BATCHES = 256 // 32
+
+
+def plugins_toml(plugin_dir, clip_keys, logger_keys):
+    return (f'\n[[plugins]]\npath = "{plugin_dir}/grad_clip.so"\n{clip_keys}\n'
+            f'\n[[plugins]]\npath = "{plugin_dir}/grad_norm_logger.so"\n{logger_keys}\n')
+
+
+def train(prefix, run_root, name, plugin_dir, clip_keys, logger_keys, expect=0):
+    config = run_root / f"{name}.toml"
+    config.write_text(BASE_CONFIG.format(name=name) + plugins_toml(plugin_dir, clip_keys, logger_keys))
+    status, out, err = run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env(), expect=expect)
+    return config, err
+
+
+def check_training(prefix, run_root, plugin_dir):
+    # max_norm far above any gradient norm: nothing is clipped, the logger sees the raw norms every batch.
+    train(prefix, run_root, "unclipped", plugin_dir, "max_norm = 1e6", "every = 1")
+    lines = metrics_of(run_root / "runs/unclipped")
+    norms = values(lines, "grad_norm/total")
+    check(len(norms) == BATCHES, f"unclipped: {len(norms)} grad_norm/total values, expected one per batch ({BATCHES})")
+    check(all(n > 0 for n in norms), f"unclipped: grad_norm/total values not all > 0: {norms}")
+    clipped = values(lines, "grad_clip/clipped")
+    check(len(clipped) == BATCHES and all(c == 0.0 for c in clipped),
+          f"unclipped: grad_clip/clipped should be 0.0 at each of {BATCHES} batches, got {clipped}")
+
+    # A tiny max_norm clips every batch; the callback runs after the algorithm on after_backward, so the norm it
+    # logs is the clipped one, max_norm itself (float32 gradients: a relative error near 1e-7).
+    max_norm = 1e-3
+    train(prefix, run_root, "clipped", plugin_dir, f"max_norm = {max_norm}", "every = 2")
+    lines = metrics_of(run_root / "runs/clipped")
+    clipped = values(lines, "grad_clip/clipped")
+    check(len(clipped) == BATCHES and all(c == 1.0 for c in clipped),
+          f"clipped: grad_clip/clipped should be 1.0 at each of {BATCHES} batches, got {clipped}")
+    norms = values(lines, "grad_norm/total")
+    check(len(norms) == BATCHES // 2, f"clipped: every = 2 gave {len(norms)} values, expected {BATCHES // 2}")
+    check(all(abs(n - max_norm) <= 1e-5 * max_norm for n in norms),
+          f"clipped: the logged norms should equal max_norm {max_norm} after clipping, got {norms}")
+    return norms
+
+
+def check_config_errors(prefix, run_root, plugin_dir):
+    # A misspelt key: exit status 2, naming the key, the file and its line.
+    config, err = train(prefix, run_root, "misspelt", plugin_dir, "max_norm = 1.0", "evry = 2", expect=2)
+    text = config.read_text().splitlines()
+    line = next(i + 1 for i, l in enumerate(text) if l.startswith("evry"))
+    check(f"{config.name}:{line}:" in err, f"misspelt key: the error does not point at {config.name}:{line}: {err!r}")
+    check("unknown key 'evry' for plugin 'grad_norm_logger'" in err, f"misspelt key: the error does not name it: {err!r}")
+    check(not (run_root / "runs/misspelt/metrics.jsonl").exists(), "misspelt key: the run started anyway")
+
+    # A value the plugin rejects through config.fail().
+    config, err = train(prefix, run_root, "negative", plugin_dir, "max_norm = -1", "", expect=2)
+    line = next(i + 1 for i, l in enumerate(config.read_text().splitlines()) if l.startswith("max_norm"))
+    check(f"{config.name}:{line}:" in err and "plugins.grad_clip.max_norm: must be > 0, got -1" in err,
+          f"max_norm = -1: expected '{config.name}:{line}:...plugins.grad_clip.max_norm: must be > 0, got -1': {err!r}")
+
+    # A value of the wrong type, read by PluginConfig::get_or.
+    config, err = train(prefix, run_root, "wrong_type", plugin_dir, "max_norm = 1.0", 'every = "often"', expect=2)
+    check("plugins.grad_norm_logger.every: expected an integer, got string \"often\"" in err,
+          f"every = \"often\": the error does not say what was expected: {err!r}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True, type=Path)
+    parser.add_argument("--source-dir", required=True, type=Path)
+    parser.add_argument("--cxx", required=True)
+    parser.add_argument("--torch-cxx-flags", default="")
+    parser.add_argument("--torch-includes", default="", help="colon-separated")
+    args = parser.parse_args()
+    build = args.build_dir.resolve()
+    started = time.monotonic()
+
+    scratch = build / "test-scratch/sdk_install"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    prefix = scratch / "prefix"
+
+    # What the install copies must be built; a no-op after a full build.
+    run(["cmake", "--build", build, "--target", "baton_installable"])
+    run(["cmake", "--install", build, "--prefix", prefix])
+    installed_plugins = check_installed_files(prefix, build)
+    check_installed_binary(prefix, installed_plugins)
+    check_header_is_light(args, prefix, scratch)
+
+    # The example project, configured and built exactly as its README tells a user.
+    example_build = scratch / "example-build"
+    run(["cmake", "-S", args.source_dir / "examples/plugins", "-B", example_build, f"-DCMAKE_PREFIX_PATH={prefix}",
+         "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
+    run(["cmake", "--build", example_build, "-j1"], env=user_env())
+    for name in ("grad_clip.so", "grad_norm_logger.so"):
+        require((example_build / name).exists(), f"baton_add_plugin did not produce {example_build / name}")
+    if (example_build / "grad_clip_test").exists():
+        run(["ctest", "--test-dir", example_build, "--output-on-failure"], env=user_env())
+
+    run_root = scratch / "runs-root"
+    run_root.mkdir()
+    plugin_dir = os.path.relpath(example_build, run_root)  # paths are relative to the config file's folder
+    check_training(prefix, run_root, plugin_dir)
+    check_config_errors(prefix, run_root, plugin_dir)
+
+    print(f"sdk_install: {len(failures)} failed checks, {time.monotonic() - started:.0f} s", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
