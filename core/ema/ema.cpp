@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -211,7 +212,7 @@ struct ExponentialMovingAverage::Impl {
         others.push_back(i);
     }
     if (tasks != plan.tasks()) plan = ema_kernel::Plan(std::move(tasks));
-    plan.run(smoothing);
+    plan.run(smoothing, options.threads);
     for (std::size_t i : others) op_update(entries[i].ema, weights[i], entries[i].averaged, smoothing);
   }
 
@@ -248,7 +249,8 @@ struct ExponentialMovingAverage::Impl {
       if (entries[i].holder.defined() && weights[i].unsafeGetTensorImpl() != entries[i].holder.unsafeGetTensorImpl())
         throw Error("EMA: swap back needs the model the EMA was swapped into, but tensor '" + entries[i].name +
                     "' is a different tensor");
-    for (std::size_t i = 0; i < entries.size(); ++i) {
+    // In reverse order: a tensor kept under two names (tied weights) is unwound last-in, first-out.
+    for (std::size_t i = entries.size(); i-- > 0;) {
       Entry& e = entries[i];
       const at::Tensor& weight = weights[i];
       if (e.holder.defined()) {
@@ -266,6 +268,7 @@ struct ExponentialMovingAverage::Impl {
 ExponentialMovingAverage::ExponentialMovingAverage(EmaOptions options) : impl_(std::make_unique<Impl>()) {
   check_smoothing(options.smoothing);
   if (!options.device.empty()) parse_device(options.device);
+  if (options.threads < 0) throw Error("EMA: threads must be >= 0 (0 = one per core), got " + std::to_string(options.threads));
   impl_->options = std::move(options);
 }
 
@@ -437,6 +440,7 @@ double half_life_from_smoothing(double smoothing, double interval) {
   if (!(interval > 0.0) || !std::isfinite(interval))
     throw Error("EMA: update interval must be a finite number > 0, got " + std::to_string(interval));
   if (smoothing == 0.0) return 0.0;
+  if (smoothing == 1.0) return std::numeric_limits<double>::infinity();  // never moves (and -log(1) is -0)
   return interval * std::log(2.0) / -std::log(smoothing);
 }
 

@@ -4,10 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
-
-#include <c10/util/Half.h>
 
 namespace baton::ema_kernel {
 namespace {
@@ -39,8 +38,36 @@ template <class T>
 inline T load(double x) { return static_cast<T>(x); }
 template <class T>
 inline T load(Bf16 x) { return static_cast<T>(bits_to_float(static_cast<std::uint32_t>(x) << 16)); }
+// IEEE half <-> float with the bit tricks of c10/util/Half.h (FP16 library), rewritten without branches or
+// unsigned compares so that the loops around them vectorise.
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  const std::uint32_t two_w = static_cast<std::uint32_t>(h) << 17;  // exponent and mantissa, sign dropped
+  // Normal numbers (and inf/NaN): move the exponent into place and rescale by 2^-112.
+  const float normal = bits_to_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  // Subnormals: place the mantissa under an exponent of 2^-1 and subtract the implicit 0.5.
+  const float subnormal = bits_to_float((two_w >> 17) | (126u << 23)) - 0.5f;
+  const std::uint32_t subnormal_mask = 0u - static_cast<std::uint32_t>((h & 0x7C00) == 0);
+  return bits_to_float(sign | (float_to_bits(subnormal) & subnormal_mask) | (float_to_bits(normal) & ~subnormal_mask));
+}
+
+inline std::uint16_t float_to_half(float f) {
+  const std::uint32_t w = float_to_bits(f);
+  const std::uint32_t sign = w & 0x80000000u;
+  const std::int32_t magnitude = static_cast<std::int32_t>(w & 0x7FFFFFFFu);
+  // Scaling up then down rounds to the half's precision (nearest even) and saturates to inf.
+  float base = (bits_to_float(static_cast<std::uint32_t>(magnitude)) * 0x1.0p+112f) * 0x1.0p-110f;
+  std::int32_t bias = magnitude & 0x7F800000;
+  bias = std::max(bias, 0x38800000);  // (0x71000000 >> 1): the smallest normal half's exponent
+  base = bits_to_float(static_cast<std::uint32_t>(bias + 0x07800000)) + base;
+  const std::uint32_t bits = float_to_bits(base);
+  const std::uint32_t nonsign = ((bits >> 13) & 0x7C00u) + (bits & 0x0FFFu);
+  const std::uint32_t nan_mask = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000);
+  return static_cast<std::uint16_t>((sign >> 16) | (0x7E00u & nan_mask) | (nonsign & ~nan_mask));
+}
+
 template <class T>
-inline T load(F16 x) { return static_cast<T>(c10::detail::fp16_ieee_to_fp32_value(static_cast<std::uint16_t>(x))); }
+inline T load(F16 x) { return static_cast<T>(half_to_float(static_cast<std::uint16_t>(x))); }
 
 template <class T>
 inline void store(float& out, T x) { out = static_cast<float>(x); }
@@ -55,34 +82,55 @@ inline void store(Bf16& out, T x) {
   out = static_cast<Bf16>(f != f ? 0x7FC0u : rounded);
 }
 template <class T>
-inline void store(F16& out, T x) { out = static_cast<F16>(c10::detail::fp16_ieee_from_fp32_value(static_cast<float>(x))); }
+inline void store(F16& out, T x) { out = static_cast<F16>(float_to_half(static_cast<float>(x))); }
 
 // fp64 arithmetic when either side is fp64 (no precision is thrown away), fp32 otherwise.
 template <class E, class W>
 using Compute = std::conditional_t<std::is_same_v<E, double> || std::is_same_v<W, double>, double, float>;
 
+// Software prefetch a few KiB ahead of each stream: with only a couple of cores, each core must keep many cache
+// misses in flight to reach the memory bandwidth, more than the hardware prefetcher alone does for three streams.
+constexpr std::int64_t kBlock = 64;             // elements per prefetch step (one to four cache lines per stream)
+constexpr std::int64_t kPrefetchBytes = 2048;
+constexpr std::int64_t kCacheLine = 64;
+
+template <int Write, class T>
+inline void prefetch_ahead(const T* p) {
+  const char* base = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  for (std::int64_t offset = 0; offset < kBlock * static_cast<std::int64_t>(sizeof(T)); offset += kCacheLine)
+    __builtin_prefetch(base + offset, Write);  // never faults, even past the end of the buffer
+}
+
+// f(e[i], w[i]) for i in [0, n), vectorised in blocks of kBlock with the prefetches above.
+template <class E, class W, class F>
+inline void for_each_pair(E* __restrict e, const W* __restrict w, std::int64_t n, F f) {
+  std::int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead<1>(e + i);
+    prefetch_ahead<0>(w + i);
+#pragma omp simd
+    for (std::int64_t j = i; j < i + kBlock; ++j) f(e[j], w[j]);
+  }
+#pragma omp simd
+  for (std::int64_t j = i; j < n; ++j) f(e[j], w[j]);
+}
+
 template <class E, class W>
 void average(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double blend) {
   using T = Compute<E, W>;
-  E* __restrict e = static_cast<E*>(ema) + begin;
-  const W* __restrict w = static_cast<const W*>(weight) + begin;
   const T a = static_cast<T>(blend);
-  const std::int64_t n = end - begin;
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T x = load<T>(e[i]);
-    store(e[i], x + a * (load<T>(w[i]) - x));
-  }
+  for_each_pair(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
+                [a](E& e, const W& w) {
+                  const T x = load<T>(e);
+                  store(e, x + a * (load<T>(w) - x));
+                });
 }
 
 template <class E, class W>
 void convert(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double) {
   using T = Compute<E, W>;
-  E* __restrict e = static_cast<E*>(ema) + begin;
-  const W* __restrict w = static_cast<const W*>(weight) + begin;
-  const std::int64_t n = end - begin;
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) store(e[i], load<T>(w[i]));
+  for_each_pair(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
+                [](E& e, const W& w) { store(e, load<T>(w)); });
 }
 
 void copy_bytes(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double) {
@@ -116,8 +164,7 @@ constexpr auto kAverage = table<AverageOp>();
 constexpr auto kConvert = table<ConvertOp>();
 
 Kernel kernel_for(const Task& task, bool copy_all) {
-  if (task.ema_type == Element::bytes || (task.ema_type == task.weight_type && (task.copy || copy_all)))
-    return &copy_bytes;
+  if (task.ema_type == Element::bytes) return &copy_bytes;
   const auto e = static_cast<int>(task.ema_type), w = static_cast<int>(task.weight_type);
   return (task.copy || copy_all) ? kConvert[e][w] : kAverage[e][w];
 }
@@ -133,6 +180,14 @@ std::int64_t element_size(Element element) {
     case Element::bytes: return 1;
   }
   return 1;
+}
+
+int default_threads() {
+  // LibTorch sets OpenMP's thread count to half the logical processors (it assumes hyper-threading), so
+  // omp_get_max_threads() after the first LibTorch op is often too low for a memory-bound loop. An explicit
+  // OMP_NUM_THREADS is honoured.
+  static const int threads = std::getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : omp_get_num_procs();
+  return threads;
 }
 
 bool Task::operator==(const Task& other) const {
@@ -168,7 +223,7 @@ void Plan::run_chunk(const Chunk& chunk, double blend, bool copy_all) const {
 
 int Plan::run(double smoothing, int threads) const {
   if (chunks_.empty()) return 0;
-  const int wanted = threads > 0 ? threads : omp_get_max_threads();
+  const int wanted = threads > 0 ? threads : default_threads();
   const bool copy_all = smoothing == 0.0;
   const double blend = 1.0 - smoothing;
   const auto count = static_cast<std::int64_t>(chunks_.size());

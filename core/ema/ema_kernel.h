@@ -31,6 +31,9 @@ struct Task {
 /// Whether a task with these element types can run (bytes only pairs with bytes; copies need no arithmetic).
 bool supported(Element ema_type, Element weight_type);
 
+/// One thread per processor available to the process, or OMP_NUM_THREADS when it is set (read once).
+int default_threads();
+
 constexpr std::int64_t kChunkElements = std::int64_t{1} << 16;
 
 class Plan {
@@ -42,7 +45,7 @@ class Plan {
   std::size_t chunks() const { return chunks_.size(); }
 
   /// Runs every task once with smoothing s (s == 0 copies every tensor, so the EMA equals the weights exactly).
-  /// threads <= 0 uses omp_get_max_threads(). Returns the number of threads the parallel region ran with.
+  /// threads <= 0 uses default_threads(). Returns the number of threads the parallel region ran with.
   int run(double smoothing, int threads = 0) const;
 
  private:

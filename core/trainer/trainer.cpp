@@ -442,10 +442,17 @@ struct Trainer::Impl {
     }
   }
 
-  bool eval_due_after_epoch() const {
+  bool evaluations_enabled() const { return !is_zero(options.eval_interval) && eval.size() > 0; }
+  bool saves_enabled() const { return store && !is_zero(options.save_interval); }
+
+  // Whether the end of epoch number `epoch` (1-based: the count once it has ended) evaluates / saves.
+  bool eval_due_at_epoch(std::int64_t epoch) const {
     const Time& every = options.eval_interval;
-    return !is_zero(every) && eval.size() > 0 && every.unit() == TimeUnit::epoch &&
-           state.progress.now.epoch % every.count() == 0;
+    return evaluations_enabled() && every.unit() == TimeUnit::epoch && epoch % every.count() == 0;
+  }
+  bool save_due_at_epoch(std::int64_t epoch) const {
+    const Time& every = options.save_interval;
+    return saves_enabled() && every.unit() == TimeUnit::epoch && epoch % every.count() == 0;
   }
 
   bool save_due_after_batch() const {
@@ -454,11 +461,6 @@ struct Trainer::Impl {
            state.progress.now.batch % every.count() == 0;
   }
 
-  bool save_due_after_epoch() const {
-    const Time& every = options.save_interval;
-    return store && !is_zero(every) && every.unit() == TimeUnit::epoch &&
-           state.progress.now.epoch % every.count() == 0;
-  }
 
   void apply_lr_schedule() {
     if (!options.lr_schedule) return;
@@ -508,7 +510,7 @@ struct Trainer::Impl {
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     std::int64_t loss_count = 0;
 
-    while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration)) {
+    while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration) && !stop_now()) {
       double fraction_before = state.progress.fraction();
       fire(Event::before_dataloader);
       Batch batch = gather_batch(train, sampler.batch_indices(now.epoch, now.batch_in_epoch));
@@ -547,11 +549,17 @@ struct Trainer::Impl {
 
       fire(Event::batch_end);
       bool stopping = stop_now();
-      if (eval_due_after_batch(fraction_before)) {
+      // The run's last batch always ends with an evaluation and a checkpoint, taken through the usual events (so
+      // plugins see them: exports, checkpoint selection) unless the epoch end right after takes them anyway.
+      bool final_batch = stopping || state.progress.reached(options.max_duration);
+      bool epoch_evaluates = epoch_ends && eval_due_at_epoch(now.epoch + 1);
+      bool epoch_saves = epoch_ends && save_due_at_epoch(now.epoch + 1);
+      if (eval_due_after_batch(fraction_before) || (final_batch && evaluations_enabled() && !epoch_evaluates)) {
         if (bar) bar->finish({{"loss", last_loss}});
         evaluate_in_fit();
       }
-      checkpoint_event(Event::batch_checkpoint, save_due_after_batch(), TimeUnit::batch);
+      bool save = save_due_after_batch() || (final_batch && saves_enabled() && !epoch_saves);
+      checkpoint_event(Event::batch_checkpoint, save, TimeUnit::batch);
       if (stopping) break;
     }
     if (bar) bar->finish({{"loss", last_loss}});
@@ -561,8 +569,8 @@ struct Trainer::Impl {
       now.batch_in_epoch = 0;
       now.sample_in_epoch = 0;
       fire(Event::epoch_end);
-      if (eval_due_after_epoch()) evaluate_in_fit();
-      checkpoint_event(Event::epoch_checkpoint, save_due_after_epoch(), TimeUnit::epoch);
+      if (eval_due_at_epoch(now.epoch)) evaluate_in_fit();
+      checkpoint_event(Event::epoch_checkpoint, save_due_at_epoch(now.epoch), TimeUnit::epoch);
       fire(Event::iteration_end);
       fire(Event::iteration_checkpoint);
     }
@@ -581,11 +589,10 @@ struct Trainer::Impl {
       module->train();
       while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch(device);
       stop_now();
-      // A final evaluation and checkpoint unless the last ones were taken at this very batch, so every run ends
-      // with its final accuracy reported and a checkpoint to resume or evaluate from.
-      if (!is_zero(options.eval_interval) && eval.size() > 0 && last_eval_batch != state.progress.now.batch)
-        evaluate_in_fit();
-      if (store && !is_zero(options.save_interval) && last_save_batch != state.progress.now.batch)
+      // The last batch normally took the final evaluation and checkpoint (see train_epoch). A run that ends with
+      // no batch at all (resumed at its end) or stopped outside batch_end still gets them here, without events.
+      if (evaluations_enabled() && last_eval_batch != state.progress.now.batch) evaluate_in_fit();
+      if (saves_enabled() && last_save_batch != state.progress.now.batch)
         write_checkpoint(checkpoint_name(options.save_interval.unit()), {}, {});
     } catch (...) {
       failure = std::current_exception();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -81,14 +82,17 @@ std::string ranking_json(const Ranking& ranking, const std::vector<RankedCheckpo
   return doc.dump(2) + "\n";
 }
 
-// Folders in best/ that are neither ranked nor hidden (temporaries of an interrupted copy are hidden too).
+// Removes checkpoint folders that are no longer ranked, and what an interrupted copy or write left behind (hidden
+// .tmp-/.old- names). Files of other names are the user's and stay.
 void remove_unranked(const fs::path& best, const std::set<std::string>& ranked) {
+  std::vector<fs::path> doomed;
   for (const auto& entry : fs::directory_iterator(best)) {
     std::string name = entry.path().filename().string();
-    if (!entry.is_directory()) continue;
-    if (name.rfind(".tmp-", 0) == 0 || name.rfind(".old-", 0) == 0 || (name[0] != '.' && !ranked.count(name)))
-      fs::remove_all(entry.path());
+    bool leftover = name.rfind(".tmp-", 0) == 0 || name.rfind(".old-", 0) == 0;
+    bool unranked = entry.is_directory() && name[0] != '.' && !ranked.count(name);
+    if (leftover || unranked) doomed.push_back(entry.path());
   }
+  for (const auto& path : doomed) fs::remove_all(path);
 }
 
 }  // namespace

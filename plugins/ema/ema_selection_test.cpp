@@ -1,0 +1,198 @@
+#include "baton_test.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ema_test_support.h"
+
+using namespace ema_test;
+
+namespace {
+
+const char* kSelectByLoss = "smoothing = 0.5\nselect = { metric = \"eval/loss\", mode = \"min\", keep = 2 }";
+
+baton::TrainerOptions selecting_options(const fs::path& dir, Time save_interval = Time(1, TimeUnit::batch)) {
+  auto o = quiet_options(dir.string());
+  o.eval_interval = Time(1, TimeUnit::batch);
+  o.save_interval = save_interval;
+  o.keep_last = 2;
+  return o;
+}
+
+struct Entry {
+  std::string name;
+  double value;
+};
+
+// The best `keep` evaluations by `metric`, worked out from the run's own records (ties: the earlier first).
+std::vector<Entry> expected_best(const std::vector<baton::EvalRecord>& evals, const std::string& metric, bool maximize,
+                                 std::size_t keep) {
+  std::vector<Entry> all;
+  for (const auto& e : evals) all.push_back({"ba" + std::to_string(e.at.batch), e.metrics.at(metric)});
+  std::stable_sort(all.begin(), all.end(), [&](const Entry& a, const Entry& b) {
+    return maximize ? a.value > b.value : a.value < b.value;
+  });
+  if (all.size() > keep) all.resize(keep);
+  return all;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::set<std::string> folders_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_directory()) out.insert(entry.path().filename().string());
+  return out;
+}
+
+// Checks best/ against the expected ranking: one complete copy per entry, best.json in order, the top EMA.
+void check_best_folder(const fs::path& run_dir, const std::vector<Entry>& expected) {
+  fs::path best = run_dir / "best";
+  std::set<std::string> names;
+  for (const auto& e : expected) names.insert(e.name);
+  CHECK(folders_in(best) == names);
+  auto doc = read_json(best / "best.json");
+  REQUIRE(doc["checkpoints"].size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    CHECK(doc["checkpoints"][i]["name"] == expected[i].name);
+    CHECK(doc["checkpoints"][i]["value"].get<double>() == expected[i].value);
+    CHECK(doc["checkpoints"][i]["rank"] == i + 1);
+    CHECK(doc["checkpoints"][i]["timestamp"]["batch"] == std::stoll(expected[i].name.substr(2)));
+    CHECK(fs::exists(best / expected[i].name / "meta.json"));
+    CHECK(fs::exists(best / expected[i].name / "state.safetensors"));
+  }
+  REQUIRE_FALSE(expected.empty());
+  CHECK(read_bytes(best / "ema.safetensors") == read_bytes(best / expected.front().name / "ema.safetensors"));
+}
+
+}  // namespace
+
+TEST_SUITE("ema_plugin") {
+  TEST_CASE("selection keeps the best k checkpoints by the metric, even those keep_last deletes") {
+    auto dir = baton::test::scratch_dir("ema-select");
+    auto trainer = make_trainer(selecting_options(dir));
+    auto ema = load_ema(kSelectByLoss);
+    trainer->add_plugin("ema", ema.plugin);
+    auto result = trainer->fit();
+    REQUIRE(result.evals.size() == 6);
+
+    auto expected = expected_best(result.evals, "eval/loss", /*maximize=*/false, 2);
+    check_best_folder(dir, expected);
+    CHECK(read_json(dir / "best" / "best.json")["metric"] == "eval/loss");
+    CHECK(read_json(dir / "best" / "best.json")["mode"] == "min");
+    CHECK(folders_in(dir / "checkpoints") == std::set<std::string>{"ba5", "ba6"});  // keep_last = 2
+    // The copies are the checkpoints: the top one's EMA file holds the EMA of that batch, readable by name.
+    auto top = baton::read_safetensors((dir / "best" / expected[0].name / "ema.safetensors").string());
+    CHECK(top.tensors.front().first == trainer->model().named_parameters(true).begin()->key());
+  }
+
+  TEST_CASE("an evaluation without a checkpoint at that point selects nothing") {
+    auto dir = baton::test::scratch_dir("ema-select-sparse");
+    auto options = selecting_options(dir, Time(2, TimeUnit::batch));
+    options.keep_last = 0;
+    auto trainer = make_trainer(options);
+    auto ema = load_ema("smoothing = 0.5\nselect = { metric = \"eval/accuracy\", mode = \"max\", keep = 10 }");
+    trainer->add_plugin("ema", ema.plugin);
+    auto result = trainer->fit();
+    std::vector<baton::EvalRecord> saved;
+    for (const auto& e : result.evals)
+      if (e.at.batch % 2 == 0) saved.push_back(e);
+    auto expected = expected_best(saved, "eval/accuracy", /*maximize=*/true, 10);
+    CHECK(expected.size() == 3);
+    check_best_folder(dir, expected);
+  }
+
+  TEST_CASE("selection survives a resume: the same best checkpoints as an uninterrupted run") {
+    auto dir = baton::test::scratch_dir("ema-select-resume");
+    auto whole_trainer = make_trainer(selecting_options(dir / "whole"));
+    auto whole_ema = load_ema(kSelectByLoss);
+    whole_trainer->add_plugin("ema", whole_ema.plugin);
+    auto whole = whole_trainer->fit();
+    auto expected = expected_best(whole.evals, "eval/loss", false, 2);
+
+    struct StopAt : baton::Callback {
+      void batch_end(baton::State& s, baton::Logger&) override {
+        if (s.timestamp().batch == 4) s.request_stop("pause");
+      }
+    };
+    auto first = make_trainer(selecting_options(dir / "split"));
+    auto first_ema = load_ema(kSelectByLoss);
+    first->add_plugin("ema", first_ema.plugin);
+    first->add_plugin("stop", std::make_shared<StopAt>());
+    auto first_result = first->fit();
+    CHECK(first_result.end.batch == 4);
+    check_best_folder(dir / "split", expected_best(first_result.evals, "eval/loss", false, 2));
+
+    auto resumed_options = selecting_options(dir / "split");
+    resumed_options.resume = "auto";
+    auto resumed = make_trainer(resumed_options);
+    auto resumed_ema = load_ema(kSelectByLoss);
+    resumed->add_plugin("ema", resumed_ema.plugin);
+    resumed->fit();
+    check_best_folder(dir / "split", expected);
+    CHECK(read_bytes(dir / "split" / "best" / "ema.safetensors") == read_bytes(dir / "whole" / "best" / "ema.safetensors"));
+  }
+
+  TEST_CASE("resuming from an earlier checkpoint puts best/ back to that checkpoint's ranking") {
+    auto dir = baton::test::scratch_dir("ema-select-rewind");
+    auto options = selecting_options(dir);
+    options.keep_last = 0;
+    auto whole = make_trainer(options);
+    auto whole_ema = load_ema(kSelectByLoss);
+    whole->add_plugin("ema", whole_ema.plugin);
+    auto result = whole->fit();
+    auto final_best = expected_best(result.evals, "eval/loss", false, 2);
+
+    struct BestAtStart : baton::Callback {
+      std::set<std::string> folders;
+      fs::path best;
+      void fit_start(baton::State&, baton::Logger&) override { folders = folders_in(best); }
+    };
+    auto rewind_options = options;
+    rewind_options.resume = (dir / "checkpoints" / "ba2").string();
+    auto rewound = make_trainer(rewind_options);
+    auto rewound_ema = load_ema(kSelectByLoss);
+    auto probe = std::make_shared<BestAtStart>();
+    probe->best = dir / "best";
+    rewound->add_plugin("ema", rewound_ema.plugin);
+    rewound->add_plugin("probe", probe);
+    rewound->fit();
+    std::vector<baton::EvalRecord> first_two(result.evals.begin(), result.evals.begin() + 2);
+    std::set<std::string> at_ba2;
+    for (const auto& e : expected_best(first_two, "eval/loss", false, 2)) at_ba2.insert(e.name);
+    CHECK(probe->folders == at_ba2);
+    check_best_folder(dir, final_best);  // the rerun, being exact, selects the same again
+  }
+
+  TEST_CASE("a metric that is never logged is an error at the first selection") {
+    auto dir = baton::test::scratch_dir("ema-select-unknown");
+    auto trainer = make_trainer(selecting_options(dir));
+    auto ema = load_ema("smoothing = 0.5\n\nselect = { metric = \"eval/acc\", mode = \"max\" }");
+    trainer->add_plugin("ema", ema.plugin);
+    try {
+      trainer->fit();
+      FAIL("an unknown metric was accepted");
+    } catch (const baton::ConfigError& e) {
+      std::string what = e.what();
+      CHECK(contains(what, "run.toml:3:"));
+      CHECK(contains(what, "plugins.ema.select.metric"));
+      CHECK(contains(what, "'eval/acc' was never logged"));
+      CHECK(contains(what, "eval/accuracy"));
+    }
+    CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
+  }
+}

@@ -8,18 +8,18 @@
 namespace baton::ema_plugin {
 namespace {
 
-std::string quoted(const std::string& text) { return "\"" + text + "\""; }
+std::string in_quotes(const std::string& text) { return "\"" + text + "\""; }
 
 // One of a fixed set of strings; the error lists them.
 std::string choice(const PluginConfig& config, const char* key, const std::vector<std::string>& allowed,
                    const std::string& fallback) {
   std::string list;
-  for (const auto& option : allowed) list += (list.empty() ? "" : ", ") + quoted(option);
+  for (const auto& option : allowed) list += (list.empty() ? "" : ", ") + in_quotes(option);
   if (!config.has(key) && fallback.empty()) config.fail(key, "missing: expected one of " + list);
   std::string value = config.get_or<std::string>(key, fallback);
   for (const auto& option : allowed)
     if (option == value) return value;
-  config.fail(key, "expected one of " + list + ", got " + quoted(value));
+  config.fail(key, "expected one of " + list + ", got " + in_quotes(value));
 }
 
 bool counts_batches_or_epochs(const Time& t) {
@@ -36,7 +36,7 @@ void parse_averaging(const PluginConfig& config, EmaSettings& s) {
   if (has_half_life) {
     Time half_life = config.get<Time>("half_life");
     if (!counts_batches_or_epochs(half_life))
-      config.fail("half_life", "expected a time in ba or ep (e.g. \"1000ba\"), got " + quoted(half_life.str()));
+      config.fail("half_life", "expected a time in ba or ep (e.g. \"1000ba\"), got " + in_quotes(half_life.str()));
     s.half_life = half_life;
   } else {
     double smoothing = config.get<double>("smoothing");
@@ -51,21 +51,21 @@ void parse_averaging(const PluginConfig& config, EmaSettings& s) {
   s.update_interval = config.get_or<Time>("update_interval", Time(1, default_unit));
   if (!counts_batches_or_epochs(s.update_interval))
     config.fail("update_interval",
-                "expected a time in ba or ep (e.g. \"1ba\"), got " + quoted(s.update_interval.str()));
+                "expected a time in ba or ep (e.g. \"1ba\"), got " + in_quotes(s.update_interval.str()));
   if (s.update_interval.count() <= 0)
-    config.fail("update_interval", "expected a positive interval, got " + quoted(s.update_interval.str()));
+    config.fail("update_interval", "expected a positive interval, got " + in_quotes(s.update_interval.str()));
   if (s.half_life && s.half_life->unit() != s.update_interval.unit())
-    config.fail("update_interval", "must be in the same unit as half_life (" + quoted(s.half_life->str()) +
-                                       "), got " + quoted(s.update_interval.str()));
+    config.fail("update_interval", "must be in the same unit as half_life (" + in_quotes(s.half_life->str()) +
+                                       "), got " + in_quotes(s.update_interval.str()));
 }
 
 void parse_start(const PluginConfig& config, EmaSettings& s) {
   s.ema_start = config.get_or<Time>("ema_start", Time(0.0, TimeUnit::duration));
   TimeUnit unit = s.ema_start.unit();
   if (unit != TimeUnit::duration && unit != TimeUnit::batch && unit != TimeUnit::epoch)
-    config.fail("ema_start", "expected a time in dur, ba or ep (e.g. \"0.1dur\"), got " + quoted(s.ema_start.str()));
+    config.fail("ema_start", "expected a time in dur, ba or ep (e.g. \"0.1dur\"), got " + in_quotes(s.ema_start.str()));
   if (unit == TimeUnit::duration && s.ema_start.value() > 1.0)
-    config.fail("ema_start", "a fraction of the run must lie in [0, 1], got " + quoted(s.ema_start.str()));
+    config.fail("ema_start", "a fraction of the run must lie in [0, 1], got " + in_quotes(s.ema_start.str()));
 }
 
 double positive_number(const PluginConfig& config, const char* key, double fallback) {
@@ -81,7 +81,7 @@ void parse_warmup(const PluginConfig& config, EmaSettings& s) {
   // The power schedule's knobs mean nothing to the others: a stray one is a misunderstanding worth reporting.
   if (s.warmup != Warmup::power)
     for (const char* key : {"inv_gamma", "power", "min_smoothing"})
-      if (config.has(key)) config.fail(key, "only used with warmup = \"power\" (warmup is " + quoted(warmup) + ")");
+      if (config.has(key)) config.fail(key, "only used with warmup = \"power\" (warmup is " + in_quotes(warmup) + ")");
   s.inv_gamma = positive_number(config, "inv_gamma", 1.0);
   s.power = positive_number(config, "power", 2.0 / 3.0);
   s.min_smoothing = config.get_or<double>("min_smoothing", 0.0);

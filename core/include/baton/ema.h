@@ -36,6 +36,7 @@ struct EmaOptions {
   std::vector<std::string> exclude;          // glob patterns ('*', '?') of names copied instead of averaged
   bool float32 = false;                      // keep an fp32 EMA of bf16/fp16 weights (otherwise the weights' dtype)
   std::string device;                        // "" = the model's device; "cpu" keeps the EMA in host memory
+  int threads = 0;                           // CPU update threads; 0 = one per core (OMP_NUM_THREADS if set)
 };
 
 class BATON_API ExponentialMovingAverage {
@@ -59,6 +60,8 @@ class BATON_API ExponentialMovingAverage {
   /// Exchanges the model's weights and buffers with the EMA in place (no second model). Calling it again puts the
   /// raw weights back bitwise identical. Between the two calls the model holds the EMA (in the model's dtype).
   void swap(torch::nn::Module& model);
+  /// While swapped, update, copy_to, reset, to and load_state_dict throw baton::Error (swap back first); get and
+  /// state_dict still return the EMA.
   /// Whether the model currently holds the EMA weights (an odd number of swap calls).
   bool swapped() const;
 
@@ -94,6 +97,7 @@ class BATON_API ExponentialMovingAverage {
 };
 
 /// Puts the EMA weights into the model for its lifetime and the raw weights back when it ends (also on exceptions).
+/// If the EMA is already swapped in when the guard is made, the guard leaves it as it is.
 class BATON_API EmaSwapGuard {
  public:
   EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model);
@@ -109,7 +113,8 @@ class BATON_API EmaSwapGuard {
 
 /// s = 2^(-interval / half_life); a half life of 0 gives 0 (no averaging: the EMA equals the weights).
 BATON_API double smoothing_from_half_life(double half_life, double interval = 1);
-/// The half life (in the unit of `interval`) of a per-update smoothing: interval * ln 2 / -ln s; s = 0 gives 0.
+/// The half life (in the unit of `interval`) of a per-update smoothing: interval * ln 2 / -ln s; s = 0 gives 0,
+/// s = 1 infinity.
 BATON_API double half_life_from_smoothing(double smoothing, double interval = 1);
 
 }  // namespace baton
