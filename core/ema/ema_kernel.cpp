@@ -171,17 +171,6 @@ Kernel kernel_for(const Task& task, bool copy_all) {
 
 }  // namespace
 
-std::int64_t element_size(Element element) {
-  switch (element) {
-    case Element::f32: return 4;
-    case Element::f64: return 8;
-    case Element::bf16:
-    case Element::f16: return 2;
-    case Element::bytes: return 1;
-  }
-  return 1;
-}
-
 int default_threads() {
   // LibTorch sets OpenMP's thread count to half the logical processors (it assumes hyper-threading), so
   // omp_get_max_threads() after the first LibTorch op is often too low for a memory-bound loop. An explicit
@@ -193,10 +182,6 @@ int default_threads() {
 bool Task::operator==(const Task& other) const {
   return ema == other.ema && weight == other.weight && numel == other.numel && ema_type == other.ema_type &&
          weight_type == other.weight_type && copy == other.copy;
-}
-
-bool supported(Element ema_type, Element weight_type) {
-  return (ema_type == Element::bytes) == (weight_type == Element::bytes);
 }
 
 Plan::Plan(std::vector<Task> tasks, std::int64_t chunk_elements) : tasks_(std::move(tasks)) {

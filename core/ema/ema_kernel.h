@@ -11,12 +11,10 @@ namespace baton::ema_kernel {
 /// Element types the kernel converts on the fly; anything else (integers, bool) is copied as bytes.
 enum class Element : std::uint8_t { f32, f64, bf16, f16, bytes };
 
-/// Bytes per element (1 for Element::bytes: a bytes task counts bytes, not elements).
-std::int64_t element_size(Element element);
-
 /// One tensor pair. An averaged task does ema <- ema + (1 - s) * (weight - ema), in fp32 arithmetic (fp64 when
-/// the EMA is fp64), reading bf16/fp16 as fp32 and rounding back to nearest-even when storing them. A copy task
-/// converts weight into ema. Both buffers are dense and `numel` elements long.
+/// either side is fp64), reading bf16/fp16 as fp32 and rounding back to nearest-even when storing them. A copy task
+/// converts weight into ema. Both buffers are dense and `numel` elements long (bytes when the types are
+/// Element::bytes, which only pairs with itself: a copy of any same-dtype tensor).
 struct Task {
   void* ema = nullptr;
   const void* weight = nullptr;
@@ -27,9 +25,6 @@ struct Task {
   bool operator==(const Task& other) const;
   bool operator!=(const Task& other) const { return !(*this == other); }
 };
-
-/// Whether a task with these element types can run (bytes only pairs with bytes; copies need no arithmetic).
-bool supported(Element ema_type, Element weight_type);
 
 /// One thread per processor available to the process, or OMP_NUM_THREADS when it is set (read once).
 int default_threads();
