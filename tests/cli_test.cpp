@@ -238,3 +238,79 @@ TEST_SUITE("cli") {
     CHECK(fs::exists(dir / "runs" / "quick" / "model.safetensors"));
   }
 }
+
+// --- posthoc (baton posthoc; docs/posthoc.md) ---
+namespace {
+
+// The tensor names in a safetensors file's JSON header (8-byte little-endian length, then the JSON).
+std::vector<std::string> tensor_names(const fs::path& file) {
+  std::string text = read_file(file);
+  unsigned long long length = 0;
+  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
+  std::string header = text.substr(8, length);
+  std::vector<std::string> names;
+  for (std::size_t at = header.find("\":{"); at != std::string::npos; at = header.find("\":{", at + 1)) {
+    std::size_t begin = header.rfind('"', at - 1);
+    std::string name = header.substr(begin + 1, at - begin - 1);
+    if (name != "__metadata__") names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("posthoc synthesises an EMA of any sigma_rel from a run's snapshots, sweeps, and refuses bad targets") {
+    auto dir = scratch("posthoc");
+    write(dir / "run.toml", quick_config("\n[[plugins]]\nname = \"ema\"\nhalf_life = \"8ba\"\n"
+                                         "posthoc = { sigma_rels = [0.05, 0.10], snapshot_every = \"2ba\" }\n"));
+    auto train = baton(dir, {"train", "run.toml"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    CHECK(contains(train.err, "post-hoc EMA profiles sigma0.05"));
+    CHECK(contains(train.err, "post-hoc snapshots at batch 16"));
+    auto run = dir / "runs" / "quick";
+    CHECK(fs::exists(run / "posthoc" / "sigma0.1_0000000016.safetensors"));
+
+    auto one = baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.08", "-o", "ema_0.08.safetensors"});
+    REQUIRE_MESSAGE(one.status == 0, one.err);
+    CHECK(contains(one.err, "from 16 snapshots"));
+    auto names = tensor_names(dir / "ema_0.08.safetensors");
+    CHECK(!names.empty());
+    CHECK(names == tensor_names(run / "model.safetensors"));
+    CHECK(contains(read_file(dir / "ema_0.08.safetensors"), "baton.posthoc.sigma_rel"));
+
+    auto sweep = baton(dir, {"posthoc", run.string(), "--sweep", "0.04:0.12:0.04", "--eval", "run.toml"});
+    REQUIRE_MESSAGE(sweep.status == 0, sweep.err);
+    CHECK(contains(sweep.out, "sigma_rel"));
+    CHECK(contains(sweep.out, "0.08"));
+    CHECK(contains(sweep.out, "best sigma_rel"));
+    CHECK(fs::exists(run / "posthoc_sweep.svg"));
+    // The synthesised weights go into the --eval config's model by name and shape.
+    auto other_model = baton(dir, {"posthoc", run.string(), "--sweep", "0.05:0.05:0.01", "--eval", "run.toml",
+                                   "--set", "model.widths=[16]"});
+    CHECK(other_model.status == 1);
+    CHECK(contains(other_model.err, "tensor 'layers.0.weight' has another shape than the config's model's"));
+
+    auto far = baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.01", "-o", "x.safetensors"});
+    CHECK(far.status == 1);
+    CHECK(contains(far.err, "sigma_rel 0.01 is outside what the tracked profiles (0.05, 0.1) can represent"));
+    CHECK(!fs::exists(dir / "x.safetensors"));
+
+    auto missing = baton(dir, {"posthoc", "runs/nowhere", "--sigma-rel", "0.08", "-o", "x.safetensors"});
+    CHECK(missing.status == 1);
+    CHECK(contains(missing.err, "runs/nowhere does not exist"));
+
+    fs::create_directories(dir / "single" / "posthoc");
+    for (const auto& entry : fs::directory_iterator(run / "posthoc"))
+      if (entry.path().filename().string().rfind("sigma0.05_", 0) == 0)
+        fs::copy_file(entry.path(), dir / "single" / "posthoc" / entry.path().filename());
+    auto single = baton(dir, {"posthoc", "single", "--sigma-rel", "0.05", "-o", "x.safetensors"});
+    CHECK(single.status == 1);
+    CHECK(contains(single.err, "at least two profiles"));
+
+    auto usage = baton(dir, {"posthoc", run.string()});
+    CHECK(usage.status == 2);
+    CHECK(contains(usage.err, "give --sigma-rel"));
+  }
+}
+// --- end posthoc ---

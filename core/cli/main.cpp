@@ -10,8 +10,10 @@
 #include <ATen/Parallel.h>
 
 #include "baton/trainer.h"
+#include "cli/launch_command.h"
 #include "config/config.h"
 #include "loader/plugin_loader.h"
+#include "posthoc_command.h"  // posthoc
 #include "trainer/run.h"
 
 namespace {
@@ -83,6 +85,13 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);
   baton::install_stop_signal_handlers();
   baton::FitResult result = run->trainer->fit();
+  // In a distributed run rank 0 alone prints the summary; the others say they are done.
+  if (run->trainer->options().rank != 0) {
+    std::printf("rank %d of %d done at ep %lld ba %lld\n", run->trainer->options().rank,
+                run->trainer->options().world_size, static_cast<long long>(result.end.epoch),
+                static_cast<long long>(result.end.batch));
+    return result.stop_reason == "interrupted by a signal" ? kExitInterrupted : 0;
+  }
   print_eval_table(result.evals);
   std::printf("\ntrained to ep %lld ba %lld in %.1f s%s%s\n", static_cast<long long>(result.end.epoch),
               static_cast<long long>(result.end.batch), result.seconds,
@@ -169,6 +178,19 @@ int main(int argc, char** argv) {
   plugins->add_option("--path", plugin_paths, "extra folder to search (repeatable)");
   plugins->add_flag("--allow-insecure-plugins", plugins_insecure, "list plugin files others may write to");
 
+  // --- launch: distributed runs on this machine (cli/launch_command.h) ---
+  baton::cli::LaunchOptions launch_options;
+  auto* launch = app.add_subcommand("launch", "run N ranks of a data-parallel run: launch --nproc N train cfg.toml");
+  launch->add_option("--nproc", launch_options.nproc, "number of ranks (processes)")->required()
+      ->check(CLI::Range(1, 4096));
+  launch->prefix_command();  // everything after the options is the command each rank runs
+  // --- end launch ---
+
+  // --- posthoc (core/cli/posthoc_command.*) ---
+  baton::cli::PosthocArgs posthoc_args;
+  auto* posthoc = baton::cli::add_posthoc_subcommand(app, posthoc_args);
+  // --- end posthoc ---
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -181,6 +203,11 @@ int main(int argc, char** argv) {
     if (*check) return run_check(check_args);
     if (*eval) return run_eval(eval_args, checkpoint, weights);
     if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
+    if (*posthoc) return baton::cli::run_posthoc(*posthoc, posthoc_args);  // posthoc
+    if (*launch) {  // --- launch ---
+      launch_options.args = launch->remaining();
+      return baton::cli::launch(launch_options);
+    }  // --- end launch ---
   } catch (const baton::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitUsage;

@@ -19,7 +19,8 @@ using namespace toml_detail;
 namespace fs = std::filesystem;
 
 const std::vector<std::string_view> kSections = {"run",     "data",       "model",   "optimizer",    "scheduler",
-                                                 "trainer", "checkpoint", "plugins", "plugin_search"};
+                                                 "trainer", "checkpoint", "distributed", "plugins",
+                                                 "plugin_search"};
 
 std::string join(const std::vector<std::string_view>& items, std::string_view quote = "") {
   std::string out;
@@ -248,6 +249,12 @@ void read_checkpoint(Section s, CheckpointSection& checkpoint) {
   s.reject_unknown();
 }
 
+void read_distributed(Section s, DistributedSection& distributed) {
+  read_choice(s, "backend", distributed.backend, {"gloo", "nccl"});
+  read_int(s, "timeout_seconds", distributed.timeout_seconds, 1);
+  s.reject_unknown();
+}
+
 /// Plugin paths from the file are relative to its folder; those typed in a --set stay relative to the working
 /// directory, where the user typed them.
 std::string resolve_plugin_path(const std::string& path, const toml::node& node, const Context& ctx) {
@@ -338,6 +345,7 @@ RunConfig build(toml::table& root, const Context& ctx) {
   read_scheduler(Section(root, "scheduler", ctx), config.scheduler);
   read_trainer(Section(root, "trainer", ctx), config.trainer);
   read_checkpoint(Section(root, "checkpoint", ctx), config.checkpoint);
+  read_distributed(Section(root, "distributed", ctx), config.distributed);
   read_plugin_search(Section(root, "plugin_search", ctx), config);
   config.plugins = read_plugins(root, ctx);
   if (config.checkpoint.dir.empty())

@@ -69,6 +69,11 @@ struct BATON_API CheckpointSection {
   std::string dir;  // default "<run folder>/checkpoints"
 };
 
+struct BATON_API DistributedSection {
+  std::string backend = "gloo";       // gloo | nccl (nccl needs a LibTorch built with CUDA and NCCL)
+  std::int64_t timeout_seconds = 60;  // >= 1; rendezvous and every collective; a dead peer is reported by then
+};
+
 struct BATON_API PluginEntry {
   std::string name;  // exactly one of name / path
   std::string path;
@@ -85,6 +90,7 @@ struct BATON_API RunConfig {
   SchedulerSection scheduler;
   TrainerSection trainer;
   CheckpointSection checkpoint;
+  DistributedSection distributed;
   std::vector<PluginEntry> plugins;
   std::vector<std::string> plugin_search_paths;  // [plugin_search] paths, relative to the config file's folder
   bool allow_insecure_plugins = false;           // [plugin_search] allow_insecure

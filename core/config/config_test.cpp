@@ -94,6 +94,8 @@ TEST_SUITE("config") {
     CHECK(c.checkpoint.save_interval == Time(1, TimeUnit::epoch));
     CHECK(c.checkpoint.keep_last == 0);
     CHECK(c.checkpoint.dir == "runs/baton/checkpoints");
+    CHECK(c.distributed.backend == "gloo");
+    CHECK(c.distributed.timeout_seconds == 60);
     CHECK(c.plugins.empty());
     CHECK(c.plugin_search_paths.empty());
     CHECK_FALSE(c.allow_insecure_plugins);
@@ -267,6 +269,19 @@ allow_insecure = true
     CHECK(failure("[trainer]\nthreads = -2\n").key == "trainer.threads");
     CHECK(failure("[run]\nname = \"\"\n").what ==
           "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
+  }
+
+  TEST_CASE("[distributed]: backend and timeout") {
+    const RunConfig c = parse("[distributed]\nbackend = \"nccl\"\ntimeout_seconds = 5\n");
+    CHECK(c.distributed.backend == "nccl");
+    CHECK(c.distributed.timeout_seconds == 5);
+    CHECK(failure("[distributed]\nbackend = \"mpi\"\n").what ==
+          "cfg.toml:2:11: distributed.backend: expected one of \"gloo\", \"nccl\", got string \"mpi\"");
+    CHECK(failure("[distributed]\ntimeout_seconds = 0\n").what ==
+          "cfg.toml:2:19: distributed.timeout_seconds: expected an integer >= 1, got integer 0");
+    CHECK(failure("[distributed]\ntimeout = 5\n").what.rfind(
+              "cfg.toml:2:1: distributed.timeout: unknown key; [distributed] has backend, timeout_seconds", 0) == 0);
+    CHECK(parse("", {"distributed.timeout_seconds=3"}).distributed.timeout_seconds == 3);
   }
 
   TEST_CASE("time strings and the units each key allows") {

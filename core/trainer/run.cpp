@@ -1,5 +1,6 @@
 #include "trainer/run.h"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <torch/optim/sgd.h>
 
 #include "data/dataset.h"
+#include "distributed/communicator.h"
 #include "models/models.h"
 
 namespace fs = std::filesystem;
@@ -97,9 +99,17 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
   auto run = std::make_unique<Run>();
   run->config = config;
-  // LibTorch's own default can be a single thread on small VMs; "0" means one thread per core.
+  // torchrun's variables (set by `baton launch`) make this process one rank of a data-parallel run.
+  DistributedEnv env = read_distributed_env();
+  CommunicatorOptions comm_options;
+  comm_options.backend = config.distributed.backend;
+  comm_options.timeout = std::chrono::seconds(config.distributed.timeout_seconds);
+  std::shared_ptr<Communicator> communicator = Communicator::connect(env, comm_options);
+  // LibTorch's own default can be a single thread on small VMs; "0" means one thread per core, shared by the ranks
+  // on this machine.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : static_cast<int>(cores));
+  int per_rank = std::max(1, static_cast<int>(cores) / std::max(1, env.local_world_size));
+  at::set_num_threads(config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : per_rank);
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
 
@@ -135,6 +145,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.log_interval = config.trainer.log_interval;
   t.lr_schedule = make_lr_schedule(config.scheduler);
   t.eval_weights = options.eval_weights;
+  t.communicator = std::move(communicator);
 
   run->trainer = std::make_unique<Trainer>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
                                            std::move(t));

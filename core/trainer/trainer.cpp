@@ -30,6 +30,7 @@
 #include "baton/safetensors.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "distributed/communicator.h"
 #include "engine/engine.h"
 #include "logging/eval_plot.h"
 #include "logging/progress.h"
@@ -93,6 +94,20 @@ class PendingCheckpoint final : public CheckpointInProgress {
   std::string path_;
 };
 
+TrainerOptions with_process_group(TrainerOptions options) {
+  if (options.communicator) {
+    options.rank = options.communicator->rank();
+    options.world_size = options.communicator->world_size();
+  }
+  return options;
+}
+
+std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
+  std::vector<at::Tensor> out;
+  for (const auto& item : named) out.push_back(item.second);
+  return out;
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -144,7 +159,8 @@ struct Trainer::Impl {
     state.optimizer = optimizer.get();
     state.progress.max_duration = options.max_duration;
     state.progress.batches_per_epoch = sampler.batches_per_epoch();
-    state.progress.samples_per_epoch = sampler.samples_per_epoch();
+    // Progress counts the samples of all ranks: every rank's share of an epoch is the same size.
+    state.progress.samples_per_epoch = sampler.samples_per_epoch() * options.world_size;
 
     RunLoggerOptions log_options;
     if (!options.run_dir.empty()) log_options.metrics_path = (fs::path(options.run_dir) / "metrics.jsonl").string();
@@ -343,6 +359,31 @@ struct Trainer::Impl {
     logger->info("resumed from " + path + " at " + format_timestamp(state.progress.now));
   }
 
+  // --- data parallel (no-ops in a single process) -------------------------------------------------------------
+
+  Communicator* comm() const { return options.communicator.get(); }
+
+  // Every rank starts from rank 0's weights, whatever each initialised or loaded.
+  void broadcast_model() {
+    if (!comm()) return;
+    c10::NoGradGuard no_grad;
+    comm()->broadcast(tensors_of(named_state(*module)));
+  }
+
+  // Buffers (e.g. batch-norm statistics) are not trained by gradients: rank 0's are used everywhere, as DDP does.
+  void broadcast_buffers() {
+    if (!comm() || module->buffers().empty()) return;
+    c10::NoGradGuard no_grad;
+    comm()->broadcast(module->buffers());
+  }
+
+  void average_gradients() {
+    if (!comm()) return;
+    std::vector<at::Tensor> grads;
+    for (const auto& p : module->parameters()) grads.push_back(p.grad());
+    comm()->average(grads);
+  }
+
   // --- evaluation ----------------------------------------------------------------------------------------------
 
   at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
@@ -363,8 +404,10 @@ struct Trainer::Impl {
     std::int64_t correct = 0, seen = 0;
     {
       c10::NoGradGuard no_grad;
-      std::int64_t n = eval.size();
-      for (std::int64_t begin = 0; begin < n; begin += options.eval_batch_size) {
+      // Each rank evaluates its contiguous share; the sums are reduced below.
+      const std::int64_t shard_begin = eval.size() * options.rank / options.world_size;
+      const std::int64_t n = eval.size() * (options.rank + 1) / options.world_size;
+      for (std::int64_t begin = shard_begin; begin < n; begin += options.eval_batch_size) {
         std::int64_t end = std::min(n, begin + options.eval_batch_size);
         fire(Event::eval_batch_start);
         at::Tensor inputs = eval.inputs.slice(0, begin, end).to(device);
@@ -379,6 +422,12 @@ struct Trainer::Impl {
       }
     }
     if (was_training) module->train();
+    if (comm()) {
+      auto sums = comm()->sum({loss_sum, static_cast<double>(correct), static_cast<double>(seen)});
+      loss_sum = sums[0];
+      correct = static_cast<std::int64_t>(std::llround(sums[1]));
+      seen = static_cast<std::int64_t>(std::llround(sums[2]));
+    }
     EvalResult result;
     result.label = label;
     result.samples = seen;
@@ -475,12 +524,22 @@ struct Trainer::Impl {
   bool stop_now() {
     if (g_signal_count.load() > 0 && !state.stop_requested()) state.request_stop("interrupted by a signal");
     if (external_stop.load() && !state.stop_requested()) state.request_stop(external_stop_reason);
+    // Every rank calls this at the same points, so agreeing here makes all ranks stop after the same batch.
+    if (comm() && comm()->any(state.stop_requested()) && !state.stop_requested())
+      state.request_stop("another rank stopped");
     return state.stop_requested();
   }
 
   void log_train_loss(const at::Tensor& loss_sum, std::int64_t count) {
     if (count == 0) return;
-    double mean = loss_sum.item<double>() / static_cast<double>(count);
+    double sum = loss_sum.item<double>();
+    double total = static_cast<double>(count);
+    if (comm()) {
+      auto sums = comm()->sum({sum, total});
+      sum = sums[0];
+      total = sums[1];
+    }
+    double mean = sum / total;
     logger->log_metric("train/loss", mean);
     logger->log_metric("lr", optimizer->param_groups().front().options().get_lr());
     logger->flush();
@@ -521,6 +580,7 @@ struct Trainer::Impl {
       apply_lr_schedule();
       fire(Event::before_train_batch);
       optimizer->zero_grad();
+      broadcast_buffers();
       fire(Event::before_forward);
       at::Tensor output = model.forward(batch.inputs);
       fire(Event::after_forward);
@@ -530,13 +590,14 @@ struct Trainer::Impl {
       fire(Event::before_backward);
       loss.backward();
       fire(Event::after_backward);
+      average_gradients();
       optimizer->step();
       fire(Event::after_train_batch);
 
       now.batch += 1;
       now.batch_in_epoch += 1;
-      now.sample += batch.size();
-      now.sample_in_epoch += batch.size();
+      now.sample += batch.size() * options.world_size;
+      now.sample_in_epoch += batch.size() * options.world_size;
       loss_sum.add_(loss.detach());
       loss_count += 1;
       bool epoch_ends = now.batch_in_epoch == batches;
@@ -585,6 +646,7 @@ struct Trainer::Impl {
     try {
       ensure_init();
       resume();
+      broadcast_model();
       fire(Event::fit_start);
       module->train();
       while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch(device);
@@ -700,7 +762,7 @@ struct Trainer::Impl {
 Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
                  TensorDataset eval, TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
-                                   std::move(options))) {}
+                                   with_process_group(std::move(options)))) {}
 
 Trainer::~Trainer() = default;
 

@@ -3,6 +3,7 @@
 // best checkpoints. A thin adapter over baton::ExponentialMovingAverage; docs/ema.md describes it for users.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "ema_schedule.h"
 #include "ema_selection.h"
 #include "ema_settings.h"
+#include "posthoc_tracker.h"
 
 namespace fs = std::filesystem;
 
@@ -26,6 +28,22 @@ namespace {
 constexpr const char* kShadowPrefix = "shadow/";
 constexpr const char* kExportFile = "ema.safetensors";
 constexpr const char* kRawLabel = "eval_raw";
+
+std::string byte_size(std::int64_t bytes) {
+  char buffer[48];
+  if (bytes < (1 << 20))
+    std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  else
+    std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buffer;
+}
+
+std::optional<PosthocTracker> make_tracker(const EmaSettings& settings) {
+  if (!settings.posthoc.enabled) return std::nullopt;
+  EmaOptions options = settings.ema;
+  options.float32 = settings.posthoc.float32;
+  return PosthocTracker(settings.posthoc.sigma_rels, options);
+}
 
 NamedTensors model_state_copy(const torch::nn::Module& model) {
   NamedTensors out;
@@ -47,7 +65,8 @@ class EmaAlgorithm final : public Algorithm {
   explicit EmaAlgorithm(const PluginConfig& config)
       : settings_(parse_settings(config)),
         ema_(settings_.ema),
-        ranking_(settings_.select.metric, settings_.select.maximize, settings_.select.keep) {}
+        ranking_(settings_.select.metric, settings_.select.maximize, settings_.select.keep),
+        posthoc_(make_tracker(settings_)) {}
 
   bool match(Event event, const State&) override {
     switch (event) {
@@ -77,14 +96,22 @@ class EmaAlgorithm final : public Algorithm {
         return restore_raw();
       case Event::batch_end:
       case Event::epoch_end:
-        if (update_due(event, state.progress, settings_.update_interval)) update(state);
+        if (update_due(event, state.progress, settings_.update_interval)) {
+          update(state);
+          update_posthoc(state);
+        }
+        if (posthoc_ && update_due(event, state.progress, settings_.posthoc.snapshot_every))
+          write_snapshots(state, logger);
         return;
       case Event::eval_start: return on_eval_start(state);
       case Event::eval_end: return restore_raw();
       case Event::eval_after_all: return on_evaluated(state);
       case Event::batch_checkpoint:
       case Event::epoch_checkpoint: return on_checkpoint(state, logger);
-      case Event::fit_end: return on_fit_end(state);
+      case Event::fit_end:
+        // The last weights are always a snapshot, so synthesis can target the end of training.
+        if (posthoc_) write_snapshots(state, logger);
+        return on_fit_end(state);
       default: return;
     }
   }
@@ -96,12 +123,14 @@ class EmaAlgorithm final : public Algorithm {
     out.set_int("updates", updates_);
     out.set_double("smoothing", settings_.base_smoothing());
     if (settings_.select.enabled) ranking_.save(out);
+    if (posthoc_) posthoc_->save(out);
   }
 
   void load_state_dict(const StateDict& in) override {
     // Checkpoints written without this plugin: the EMA restarts from the loaded weights at after_load, where a
     // logger is at hand to say so.
     restart_from_weights_ = !in.has("started");
+    restart_posthoc_ = posthoc_ && !PosthocTracker::saved_in(in);
     if (restart_from_weights_) return;
     if (!ema_.initialized()) throw Error("the EMA is loaded before init built it");
     std::vector<std::pair<std::string, at::Tensor>> shadow;
@@ -116,6 +145,7 @@ class EmaAlgorithm final : public Algorithm {
     started_ = in.get_bool("started");
     updates_ = in.get_int("updates");
     if (settings_.select.enabled) ranking_discarded_ = !ranking_.load(in);
+    if (posthoc_ && !restart_posthoc_) posthoc_->load(in);
   }
 
   void close() override { restore_raw(); }
@@ -130,6 +160,7 @@ class EmaAlgorithm final : public Algorithm {
     ema_.reset(*model_);
     started_ = false;
     updates_ = 0;
+    if (posthoc_) posthoc_->reset(*model_);
     if (settings_.eval == EvalMode::both &&
         std::find(state.eval_labels.begin(), state.eval_labels.end(), kRawLabel) == state.eval_labels.end())
       state.eval_labels.push_back(kRawLabel);
@@ -150,6 +181,17 @@ class EmaAlgorithm final : public Algorithm {
                   settings_.select.metric + " (" + ranking_.mode() + ") starts afresh");
     }
     ema_.to(target_device(state));
+    if (posthoc_) after_load_posthoc(state, logger);
+  }
+
+  void after_load_posthoc(State& state, Logger& logger) {
+    if (restart_posthoc_) {
+      restart_posthoc_ = false;
+      posthoc_->restart_at(*model_, state.progress.now.batch);
+      logger.warn("ema: " + state.last_checkpoint + " holds no post-hoc EMA profiles: they start from the loaded "
+                  "weights, as if those had been the weights since batch 0");
+    }
+    posthoc_->to(target_device(state));
   }
 
   void on_fit_start(State& state, Logger& logger) {
@@ -163,7 +205,34 @@ class EmaAlgorithm final : public Algorithm {
     // its copy into best/: best/ is made to match the restored ranking.
     if (selecting(state) && !ranking_.entries().empty())
       for (const auto& warning : publish_best(best_dir(state), ranking_)) logger.warn(warning);
+    if (posthoc_) posthoc_fit_start(state, logger);
   }
+
+  void posthoc_fit_start(State& state, Logger& logger) {
+    posthoc_->to(target_device(state));
+    // Snapshots newer than the checkpoint resumed from belong to a run this one no longer continues.
+    if (writes_snapshots(state)) posthoc_->remove_snapshots_after_now(state.run_dir);
+    std::string widths;
+    for (std::size_t i = 0; i < posthoc_->profiles(); ++i)
+      widths += (i == 0 ? "" : ", ") + posthoc_->profile_name(i) + " (gamma " +
+                std::to_string(posthoc_->gamma(i)) + ")";
+    logger.info("ema: post-hoc EMA profiles " + widths + " hold " + byte_size(posthoc_->bytes()) +
+                "; snapshots every " + settings_.posthoc.snapshot_every.str() + " to posthoc/");
+  }
+
+  void update_posthoc(State& state) {
+    if (posthoc_ && state.progress.now.batch > posthoc_->time()) posthoc_->update(*model_, state.progress.now.batch);
+  }
+
+  void write_snapshots(State& state, Logger& logger) {
+    if (!writes_snapshots(state)) return;
+    std::int64_t written = posthoc_->write_snapshots(state.run_dir);
+    if (written == 0) return;
+    logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + byte_size(written) +
+                " written, " + byte_size(snapshot_disk_use(state.run_dir)) + " in " + state.run_dir + "/posthoc");
+  }
+
+  static bool writes_snapshots(const State& state) { return !state.run_dir.empty() && state.rank == 0; }
 
   void update(State& state) {
     if (!started_) {
@@ -268,6 +337,8 @@ class EmaAlgorithm final : public Algorithm {
   bool ranking_discarded_ = false;
   bool fitting_ = false;
   std::optional<Candidate> candidate_;
+  std::optional<PosthocTracker> posthoc_;
+  bool restart_posthoc_ = false;
 };
 
 }  // namespace

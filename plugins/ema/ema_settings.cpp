@@ -1,5 +1,7 @@
 #include "ema_settings.h"
 
+#include "posthoc_math.h"
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -114,6 +116,34 @@ void parse_select(const PluginConfig& config, EmaSettings& s) {
   if (select.keep < 1) table.fail("keep", "expected at least 1 checkpoint to keep, got " + std::to_string(select.keep));
 }
 
+std::string format_number(double value, int precision);
+
+void parse_posthoc(const PluginConfig& config, EmaSettings& s) {
+  if (!config.has("posthoc")) return;
+  PluginConfig table = config.get<PluginConfig>("posthoc");
+  PosthocSettings& posthoc = s.posthoc;
+  posthoc.enabled = true;
+  posthoc.sigma_rels = table.get<std::vector<double>>("sigma_rels");
+  if (posthoc.sigma_rels.size() < 2)
+    table.fail("sigma_rels", "expected at least two relative widths (e.g. [0.05, 0.10]) to synthesise others "
+                             "from, got " + std::to_string(posthoc.sigma_rels.size()));
+  const double widest = posthoc::max_sigma_rel();
+  for (std::size_t i = 0; i < posthoc.sigma_rels.size(); ++i) {
+    double sigma = posthoc.sigma_rels[i];
+    if (!(sigma > 0 && sigma <= widest))
+      table.fail("sigma_rels", "each sigma_rel must lie in (0, " + format_number(widest, 4) +
+                                   "] (0.2887 averages all weights so far uniformly), got " + format_number(sigma, 6));
+    for (std::size_t j = 0; j < i; ++j)
+      if (posthoc.sigma_rels[j] == sigma)
+        table.fail("sigma_rels", "sigma_rel " + format_number(sigma, 6) + " is listed twice");
+  }
+  posthoc.snapshot_every = table.get_time_or("snapshot_every", Time(1, TimeUnit::epoch),
+                                             {TimeUnit::batch, TimeUnit::epoch});
+  if (posthoc.snapshot_every.count() <= 0)
+    table.fail("snapshot_every", "expected a positive interval, got " + in_quotes(posthoc.snapshot_every.str()));
+  posthoc.float32 = choice(table, "dtype", {"auto", "float32"}, "auto") == "float32";
+}
+
 std::string format_number(double value, int precision) {
   std::ostringstream out;
   out.precision(precision);
@@ -167,6 +197,7 @@ EmaSettings parse_settings(const PluginConfig& config) {
   parse_warmup(config, s);
   parse_storage(config, s);
   parse_select(config, s);
+  parse_posthoc(config, s);
   s.ema.smoothing = s.base_smoothing();
   return s;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "baton/ema.h"
 #include "baton/plugin_config.h"
@@ -22,6 +23,14 @@ struct SelectSettings {
   PluginConfig table;    // the select table, so a metric found missing later is reported at its line
 };
 
+/// posthoc = { sigma_rels = [...], snapshot_every = "1ep", dtype = "float32" } (docs/posthoc.md).
+struct PosthocSettings {
+  bool enabled = false;
+  std::vector<double> sigma_rels;                 // at least two, distinct, each in (0, sqrt(1/12)]
+  Time snapshot_every = Time(1, TimeUnit::epoch);  // ba or ep, positive
+  bool float32 = false;                           // dtype = "float32" ("auto": the weights' dtype)
+};
+
 struct EmaSettings {
   std::optional<Time> half_life;   // ba or ep, integral
   std::optional<double> smoothing; // per update, in [0, 1]
@@ -34,6 +43,7 @@ struct EmaSettings {
   EmaOptions ema;                  // buffers, exclude, float32, device ("" or "cpu"); smoothing set below
   EvalMode eval = EvalMode::ema;
   SelectSettings select;
+  PosthocSettings posthoc;
 
   /// s per update: the configured smoothing, or 2^(-interval / half_life).
   double base_smoothing() const;

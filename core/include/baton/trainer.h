@@ -21,6 +21,8 @@ class Optimizer;
 
 namespace baton {
 
+class Communicator;  // distributed/communicator.h: data-parallel collectives on a c10d process group
+
 struct TrainerOptions {
   Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
@@ -47,6 +49,8 @@ struct TrainerOptions {
   std::string eval_weights;
   int rank = 0;
   int world_size = 1;
+  /// A data-parallel run's process group; when set, rank and world_size come from it. Null: a single process.
+  std::shared_ptr<Communicator> communicator;
 };
 
 /// One evaluation: its time and metrics ("eval/loss", "eval/accuracy", and whatever plugins logged during it).

@@ -1,0 +1,169 @@
+#include "posthoc_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include "baton/error.h"
+#include "config/config.h"
+#include "ema_files.h"
+#include "logging/eval_plot.h"
+#include "posthoc_synthesis.h"
+#include "trainer/run.h"
+
+namespace fs = std::filesystem;
+
+namespace baton::cli {
+namespace {
+
+constexpr int kExitUsage = 2;
+
+std::string exact(double value) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+void describe(const ema_plugin::SnapshotSet& snapshots, const ema_plugin::SynthesisResult& result) {
+  std::fprintf(stderr,
+               "posthoc: sigma_rel %.4g (gamma %.4g) at batch %lld from %zu snapshots of sigma_rel", result.sigma_rel,
+               result.gamma, static_cast<long long>(result.t), snapshots.info.size());
+  for (double s : snapshots.sigma_rels()) std::fprintf(stderr, " %.4g", s);
+  std::fprintf(stderr, "; profile fit error %.3g%%, sum of |weights| %.3g\n", 100 * result.weights.fit_error,
+               result.weights.weight_l1);
+}
+
+int write_one(const PosthocArgs& args) {
+  auto snapshots = ema_plugin::load_snapshots(args.run_dir);
+  auto result = ema_plugin::synthesise(snapshots, args.sigma_rel);
+  describe(snapshots, result);
+  std::map<std::string, std::string> metadata{{"format", "pt"},
+                                              {"baton.posthoc.sigma_rel", exact(result.sigma_rel)},
+                                              {"baton.posthoc.gamma", exact(result.gamma)},
+                                              {"baton.posthoc.t", std::to_string(result.t)}};
+  fs::path output = fs::absolute(args.output);
+  ema_plugin::write_tensors_atomically(output, result.tensors, metadata);
+  std::printf("wrote %s (sigma_rel %g, batch %lld)\n", args.output.c_str(), result.sigma_rel,
+              static_cast<long long>(result.t));
+  return 0;
+}
+
+// Puts synthesised weights into the model by name; every parameter and buffer must be there.
+void load_into(torch::nn::Module& model, const NamedTensors& tensors) {
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  c10::NoGradGuard no_grad;
+  auto assign = [&](const std::string& name, at::Tensor& target) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) throw Error("the snapshots hold no tensor '" + name + "' of the config's model");
+    if (it->second.sizes() != target.sizes())
+      throw Error("the snapshots' tensor '" + name + "' has another shape than the config's model's");
+    target.copy_(it->second);
+  };
+  for (auto& item : model.named_parameters(true)) assign(item.key(), item.value());
+  for (auto& item : model.named_buffers(true)) assign(item.key(), item.value());
+}
+
+struct SweepRow {
+  double sigma_rel = 0;
+  EvalResult eval;
+};
+
+// A trainer evaluates once (its plugins are closed after), so each width gets a run of its own.
+SweepRow evaluate(const RunConfig& config, const RunOptions& options, const ema_plugin::SnapshotSet& snapshots,
+                  double sigma_rel) {
+  auto result = ema_plugin::synthesise(snapshots, sigma_rel);
+  auto run = build_run(config, options);
+  load_into(run->trainer->model(), result.tensors);
+  for (const auto& eval : run->trainer->evaluate_standalone())
+    if (eval.label == "eval") return {sigma_rel, eval};
+  throw Error("the evaluation of sigma_rel " + std::to_string(sigma_rel) + " returned no 'eval' result");
+}
+
+int sweep(const PosthocArgs& args) {
+  std::vector<double> targets = parse_sweep(args.sweep);
+  auto snapshots = ema_plugin::load_snapshots(args.run_dir);
+  for (double target : targets) ema_plugin::check_target(snapshots, target);  // fail before any evaluation
+  std::vector<Override> overrides;
+  for (const auto& s : args.sets) overrides.push_back(Override::parse(s));
+  RunOptions options;
+  options.write_run_dir = false;
+  options.quiet = true;
+  options.allow_insecure_plugins = args.allow_insecure;
+  RunConfig config = load_config(args.eval_config, overrides);
+  std::vector<SweepRow> rows;
+  std::printf("%10s %10s %10s\n", "sigma_rel", "loss", "accuracy");
+  for (double target : targets) {
+    rows.push_back(evaluate(config, options, snapshots, target));
+    std::printf("%10.4g %10.4f %10.4f\n", target, rows.back().eval.loss, rows.back().eval.accuracy);
+    std::fflush(stdout);
+  }
+  // Highest accuracy; the lower loss breaks a tie.
+  const SweepRow* best = &rows.front();
+  for (const auto& row : rows)
+    if (row.eval.accuracy > best->eval.accuracy ||
+        (row.eval.accuracy == best->eval.accuracy && row.eval.loss < best->eval.loss))
+      best = &row;
+  PlotSeries accuracy{"eval/accuracy", {}};
+  for (const auto& row : rows) accuracy.points.emplace_back(row.sigma_rel, row.eval.accuracy);
+  std::string plot = (fs::path(args.run_dir) / "posthoc_sweep.svg").string();
+  write_line_chart_svg(plot, {accuracy}, {"post-hoc EMA: accuracy by sigma_rel", "sigma_rel", "eval/accuracy"});
+  std::printf("best sigma_rel %.4g: accuracy %.4f, loss %.4f\nplot: %s\n", best->sigma_rel, best->eval.accuracy,
+              best->eval.loss, plot.c_str());
+  return 0;
+}
+
+}  // namespace
+
+std::vector<double> parse_sweep(const std::string& text) {
+  double low = 0, high = 0, step = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lf:%lf:%lf%c", &low, &high, &step, &tail) != 3)
+    throw Error("--sweep " + text + ": expected low:high:step, e.g. 0.03:0.20:0.01");
+  if (!(low > 0 && high >= low && step > 0))
+    throw Error("--sweep " + text + ": expected 0 < low <= high and step > 0");
+  std::vector<double> values;
+  // Multiples of the step from low, so rounding never drifts; high counts if within a millionth of a step.
+  for (long k = 0;; ++k) {
+    double value = low + static_cast<double>(k) * step;
+    if (value > high + 1e-6 * step) break;
+    values.push_back(std::min(value, high));
+    if (values.size() > 1000) throw Error("--sweep " + text + ": more than 1000 values");
+  }
+  return values;
+}
+
+CLI::App* add_posthoc_subcommand(CLI::App& app, PosthocArgs& args) {
+  auto* cmd = app.add_subcommand("posthoc", "synthesise the EMA of any sigma_rel from a run's post-hoc snapshots");
+  cmd->add_option("run", args.run_dir, "run folder (with posthoc/ written by the ema plugin)")->required();
+  auto* sigma = cmd->add_option("--sigma-rel", args.sigma_rel, "relative width of the EMA to synthesise");
+  auto* output = cmd->add_option("-o,--output", args.output, "safetensors file to write (with --sigma-rel)");
+  auto* range = cmd->add_option("--sweep", args.sweep, "low:high:step of sigma_rel to evaluate (with --eval)");
+  auto* eval = cmd->add_option("--eval", args.eval_config, "TOML run configuration whose model and eval set to use");
+  cmd->add_option("--set", args.sets, "override a key of the --eval config: section.key=value (repeatable)");
+  cmd->add_flag("--allow-insecure-plugins", args.allow_insecure,
+                "load plugin files even when others may write to them");
+  sigma->excludes(range);
+  output->needs(sigma);
+  eval->needs(range);
+  return cmd;
+}
+
+int run_posthoc(const CLI::App& command, const PosthocArgs& args) {
+  bool one = command.count("--sigma-rel") > 0, many = command.count("--sweep") > 0;
+  const char* problem = !one && !many                          ? "give --sigma-rel with -o, or --sweep with --eval"
+                        : one && command.count("--output") == 0 ? "--sigma-rel needs -o <file.safetensors>"
+                        : many && command.count("--eval") == 0  ? "--sweep needs --eval <config.toml>"
+                                                                : nullptr;
+  if (problem != nullptr) {
+    std::fprintf(stderr, "error: posthoc: %s\n", problem);
+    return kExitUsage;
+  }
+  return one ? write_one(args) : sweep(args);
+}
+
+}  // namespace baton::cli

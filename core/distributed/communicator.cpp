@@ -1,0 +1,228 @@
+#include "distributed/communicator.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include <ATen/Context.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "baton/error.h"
+
+namespace baton {
+namespace {
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  return std::to_string(timeout.count() / 1000) + " s";
+}
+
+// c10's what() carries a C++ backtrace; users need only the message.
+std::string message_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+int parse_int(const std::function<const char*(const char*)>& lookup, const char* name, bool required, int fallback,
+              long min, long max) {
+  const char* text = lookup(name);
+  if (text == nullptr || *text == '\0') {
+    if (required)
+      throw Error(std::string("distributed run: the environment variable ") + name +
+                  " is not set (a launcher such as `baton launch` or torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, "
+                  "MASTER_ADDR and MASTER_PORT)");
+    return fallback;
+  }
+  char* end = nullptr;
+  errno = 0;
+  long value = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < min || value > max)
+    throw Error(std::string("distributed run: ") + name + "=\"" + text + "\" is not an integer in [" +
+                std::to_string(min) + ", " + std::to_string(max) + "]");
+  return static_cast<int>(value);
+}
+
+bool is_loopback(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address == "localhost" || address == "::1";
+}
+
+// The interface Gloo binds: GLOO_SOCKET_IFNAME when set (as in PyTorch), the loopback address for a one-machine
+// run, otherwise the address this machine's hostname resolves to.
+std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface != nullptr && *interface != '\0')
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+DistributedEnv read_distributed_env(const std::function<const char*(const char*)>& lookup) {
+  DistributedEnv env;
+  env.world_size = parse_int(lookup, "WORLD_SIZE", false, 1, 1, 1 << 20);
+  if (env.world_size == 1) return env;
+  env.rank = parse_int(lookup, "RANK", true, 0, 0, env.world_size - 1);
+  env.local_rank = parse_int(lookup, "LOCAL_RANK", false, env.rank, 0, env.world_size - 1);
+  env.local_world_size = parse_int(lookup, "LOCAL_WORLD_SIZE", false, env.world_size, 1, env.world_size);
+  const char* addr = lookup("MASTER_ADDR");
+  if (addr == nullptr || *addr == '\0')
+    throw Error("distributed run: the environment variable MASTER_ADDR is not set (the address of rank 0's machine)");
+  env.master_addr = addr;
+  env.master_port = parse_int(lookup, "MASTER_PORT", true, 0, 1, 65535);
+  return env;
+}
+
+DistributedEnv read_distributed_env() {
+  return read_distributed_env([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+struct Communicator::Impl {
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::int64_t collectives = 0;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+
+  // Waits for a collective; a peer that died or hung becomes an error that says so, within the timeout.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    ++collectives;
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      throw Error(std::string("distributed ") + what + " failed on rank " + std::to_string(rank) + " of " +
+                  std::to_string(world_size) + " (a peer rank exited or did not answer within " +
+                  seconds_text(timeout) + "): " + message_of(e));
+    }
+  }
+
+  void allreduce(at::Tensor& flat) {
+    std::vector<at::Tensor> list{flat};
+    wait(group->allreduce(list), "allreduce");
+  }
+
+  void broadcast(at::Tensor& flat, int root) {
+    std::vector<at::Tensor> list{flat};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    wait(group->broadcast(list, options), "broadcast");
+  }
+
+  // Runs `op` on consecutive runs of same-dtype, same-device tensors of about `bucket_bytes`, flattened into one
+  // tensor each, then copies the results back.
+  template <class Op>
+  void bucketed(const std::vector<at::Tensor>& tensors, std::size_t bucket_bytes, Op op) {
+    c10::NoGradGuard no_grad;  // the tensors may be parameters: their values change, not their autograd history
+    std::vector<at::Tensor> bucket;
+    std::size_t bytes = 0;
+    auto flush = [&] {
+      if (bucket.empty()) return;
+      std::vector<at::Tensor> flat_parts;
+      for (const auto& t : bucket) flat_parts.push_back(t.reshape({-1}));
+      at::Tensor flat = at::cat(flat_parts);
+      op(flat);
+      std::int64_t offset = 0;
+      for (auto& t : bucket) {
+        t.copy_(flat.slice(0, offset, offset + t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+      bucket.clear();
+      bytes = 0;
+    };
+    for (const auto& t : tensors) {
+      if (!t.defined()) continue;
+      if (!bucket.empty() && (bucket.front().scalar_type() != t.scalar_type() ||
+                              bucket.front().device() != t.device() || bytes >= bucket_bytes))
+        flush();
+      bucket.push_back(t);
+      bytes += t.numel() * t.element_size();
+    }
+    flush();
+  }
+};
+
+std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, const CommunicatorOptions& options) {
+  if (env.world_size <= 1) return nullptr;
+  if (options.backend == "nccl")
+    throw Error(std::string("[distributed] backend = \"nccl\": this baton is built on a LibTorch without NCCL") +
+                (at::hasCUDA() ? "" : " or CUDA") + "; use backend = \"gloo\"");
+  if (options.backend != "gloo")
+    throw Error("[distributed] backend = \"" + options.backend + "\": expected \"gloo\" or \"nccl\"");
+  auto impl = std::make_unique<Impl>();
+  impl->rank = env.rank;
+  impl->world_size = env.world_size;
+  impl->timeout = options.timeout;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(env.master_port);
+    store_options.isServer = env.rank == 0;
+    store_options.numWorkers = static_cast<std::size_t>(env.world_size);
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    throw Error("distributed rendezvous at MASTER_ADDR:MASTER_PORT = " + where + " failed on rank " +
+                std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (waited up to " +
+                seconds_text(options.timeout) + "): " + message_of(e));
+  }
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(make_device(env.master_addr));
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, gloo_options);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error("distributed: creating the Gloo process group (rendezvous at " + where + ") failed on rank " +
+                std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (waited up to " +
+                seconds_text(options.timeout) + " for every rank): " + message_of(e));
+  }
+  return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::world_size() const { return impl_->world_size; }
+
+void Communicator::broadcast(const std::vector<at::Tensor>& tensors, int root) {
+  impl_->bucketed(tensors, kDefaultBucketBytes, [&](at::Tensor& flat) { impl_->broadcast(flat, root); });
+}
+
+void Communicator::average(const std::vector<at::Tensor>& tensors, std::size_t bucket_bytes) {
+  const double ranks = static_cast<double>(impl_->world_size);
+  impl_->bucketed(tensors, bucket_bytes, [&](at::Tensor& flat) {
+    impl_->allreduce(flat);
+    flat.div_(ranks);
+  });
+}
+
+std::vector<double> Communicator::sum(const std::vector<double>& values) {
+  if (values.empty()) return {};
+  at::Tensor flat = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+  impl_->allreduce(flat);
+  const double* data = flat.data_ptr<double>();
+  return std::vector<double>(data, data + values.size());
+}
+
+bool Communicator::any(bool flag) { return sum({flag ? 1.0 : 0.0}).front() > 0; }
+
+void Communicator::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
+
+at::Tensor Communicator::all_gather(const at::Tensor& shard) {
+  at::Tensor input = shard.contiguous();
+  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(at::empty_like(input));
+  impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
+  return at::cat(outputs[0]);
+}
+
+std::int64_t Communicator::collectives() const { return impl_->collectives; }
+
+}  // namespace baton

@@ -1,0 +1,73 @@
+#pragma once
+// Data-parallel communication for the trainer: the rendezvous from torchrun's variables and the few collectives
+// training needs, on a c10d process group (Gloo). c10d stays inside communicator.cpp.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "baton/export.h"
+
+namespace baton {
+
+/// torchrun's variables. Without WORLD_SIZE (or with WORLD_SIZE=1) the run is a single process.
+struct BATON_API DistributedEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;  // ranks on this machine (LOCAL_WORLD_SIZE; default WORLD_SIZE)
+  std::string master_addr;
+  int master_port = 0;
+};
+
+/// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT through `lookup` (null when unset). Throws Error
+/// naming the variable that is missing or not a valid number.
+BATON_API DistributedEnv read_distributed_env(const std::function<const char*(const char*)>& lookup);
+/// The same from the process environment.
+BATON_API DistributedEnv read_distributed_env();
+
+struct BATON_API CommunicatorOptions {
+  std::string backend = "gloo";  // "gloo"; "nccl" is refused by a build without NCCL
+  std::chrono::milliseconds timeout{60000};  // rendezvous and every collective
+};
+
+class BATON_API Communicator {
+ public:
+  static constexpr std::size_t kDefaultBucketBytes = std::size_t{25} << 20;
+
+  /// Joins the process group described by `env`; null for a world of one (no process group at all).
+  static std::shared_ptr<Communicator> connect(const DistributedEnv& env, const CommunicatorOptions& options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+
+  /// Every rank's tensors take `root`'s values (in place).
+  void broadcast(const std::vector<at::Tensor>& tensors, int root = 0);
+  /// Replaces each tensor by its mean over the ranks: tensors are flattened into buckets of about `bucket_bytes`
+  /// (one allreduce each) and copied back. Undefined tensors are skipped.
+  void average(const std::vector<at::Tensor>& tensors, std::size_t bucket_bytes = kDefaultBucketBytes);
+  /// Element-wise sums over the ranks (metrics: sums and counts).
+  std::vector<double> sum(const std::vector<double>& values);
+  /// True on every rank when `flag` is true on any.
+  bool any(bool flag);
+  void barrier();
+  /// Every rank's `shard` (1-D, the same size on every rank) concatenated in rank order.
+  at::Tensor all_gather(const at::Tensor& shard);
+  /// Collectives issued so far by this rank (for tests and benchmarks).
+  std::int64_t collectives() const;
+
+ private:
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton

@@ -1,0 +1,139 @@
+#include "baton_test.h"
+
+#include <map>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
+
+#include "baton/error.h"
+#include "distributed/communicator.h"
+#include "distributed/loopback_ranks_test.h"
+
+using namespace baton;
+using baton::test::free_port;
+using baton::test::run_ranks;
+
+namespace {
+
+DistributedEnv env_of(const std::map<std::string, std::string>& vars) {
+  return read_distributed_env([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+std::string env_error(const std::map<std::string, std::string>& vars) {
+  try {
+    env_of(vars);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_SUITE("distributed") {
+  TEST_CASE("no variables: a single process, no process group") {
+    DistributedEnv env = env_of({});
+    CHECK(env.rank == 0);
+    CHECK(env.world_size == 1);
+    CHECK(Communicator::connect(env, CommunicatorOptions{}) == nullptr);
+    CHECK(env_of({{"WORLD_SIZE", "1"}}).world_size == 1);
+  }
+
+  TEST_CASE("torchrun's variables are read and checked") {
+    DistributedEnv env = env_of({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                                 {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK(env.rank == 2);
+    CHECK(env.world_size == 4);
+    CHECK(env.local_rank == 0);
+    CHECK(env.master_addr == "10.0.0.1");
+    CHECK(env.master_port == 29500);
+    std::map<std::string, std::string> base{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", "29500"}};
+    CHECK(env_of(base).local_rank == 1);  // defaults to RANK
+    auto without = [&](const std::string& name) {
+      auto vars = base;
+      vars.erase(name);
+      return env_error(vars);
+    };
+    CHECK(without("RANK").find("RANK is not set") != std::string::npos);
+    CHECK(without("MASTER_ADDR").find("MASTER_ADDR is not set") != std::string::npos);
+    CHECK(without("MASTER_PORT").find("MASTER_PORT is not set") != std::string::npos);
+    auto with = [&](const std::string& name, const std::string& value) {
+      auto vars = base;
+      vars[name] = value;
+      return env_error(vars);
+    };
+    CHECK(with("RANK", "2") == "distributed run: RANK=\"2\" is not an integer in [0, 1]");
+    CHECK(with("RANK", "x") == "distributed run: RANK=\"x\" is not an integer in [0, 1]");
+    CHECK(with("MASTER_PORT", "70000") == "distributed run: MASTER_PORT=\"70000\" is not an integer in [1, 65535]");
+    CHECK(with("WORLD_SIZE", "0").find("WORLD_SIZE=\"0\"") != std::string::npos);
+  }
+
+  TEST_CASE("nccl is refused clearly by a LibTorch without NCCL") {
+    DistributedEnv env;
+    env.world_size = 2;
+    env.master_addr = "127.0.0.1";
+    env.master_port = free_port();
+    CommunicatorOptions options;
+    options.backend = "nccl";
+    CHECK_THROWS_WITH_AS(Communicator::connect(env, options), doctest::Contains("backend = \"nccl\""), Error);
+  }
+
+  TEST_CASE("collectives on two ranks over loopback") {
+    run_ranks(2, [](std::shared_ptr<Communicator> group) {
+      Communicator& comm = *group;
+      const int r = comm.rank();
+      CHECK(comm.world_size() == 2);
+
+      // broadcast: rank 1 takes rank 0's values, also into a leaf that requires grad (a parameter)
+      std::vector<at::Tensor> params{at::full({2, 3}, 1.0 + r).requires_grad_(), at::full({4}, 10.0 * (r + 1))};
+      comm.broadcast(params);
+      CHECK(params[0].sum().item<double>() == doctest::Approx(6 * 1.0));
+      CHECK(params[1].sum().item<double>() == doctest::Approx(4 * 10.0));
+
+      // average with a bucket of 16 bytes: several buckets, a mixed dtype, an undefined tensor skipped
+      std::vector<at::Tensor> grads{at::full({3}, r == 0 ? 1.0f : 3.0f), at::Tensor(),
+                                    at::full({2, 2}, r == 0 ? -2.0f : 6.0f), at::full({5}, r == 0 ? 0.5 : 1.5, at::kDouble),
+                                    at::full({1}, r == 0 ? 7.0f : 8.0f)};
+      comm.average(grads, 16);
+      CHECK(grads[0].eq(2.0f).all().item<bool>());   // (1 + 3) / 2
+      CHECK_FALSE(grads[1].defined());
+      CHECK(grads[2].eq(2.0f).all().item<bool>());   // (-2 + 6) / 2
+      CHECK(grads[3].eq(1.0).all().item<bool>());    // (0.5 + 1.5) / 2, double
+      CHECK((grads[3].scalar_type() == at::kDouble));
+      CHECK(grads[4].eq(7.5f).all().item<bool>());
+      CHECK((grads[2].sizes() == at::IntArrayRef({2, 2})));
+
+      std::vector<double> sums = comm.sum({1.5 * (r + 1), 10.0});
+      CHECK(sums == std::vector<double>{4.5, 20.0});
+      CHECK(comm.any(r == 1));
+      CHECK_FALSE(comm.any(false));
+      comm.barrier();
+    });
+  }
+
+  TEST_CASE("a peer that never arrives is reported within the timeout") {
+    DistributedEnv env;
+    env.rank = 0;
+    env.world_size = 2;
+    env.master_addr = "127.0.0.1";
+    env.master_port = free_port();
+    CommunicatorOptions options;
+    options.timeout = std::chrono::milliseconds(2000);
+    auto started = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      Communicator::connect(env, options);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    INFO(message);
+    CHECK(message.find("rank 0 of 2") != std::string::npos);
+    CHECK(message.find("127.0.0.1") != std::string::npos);
+    CHECK(seconds < 15);
+  }
+}
