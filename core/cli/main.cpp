@@ -1,4 +1,4 @@
-// The baton command line: train, check, eval, plugins.
+// The baton command line: train, check, eval, plugins, launch, posthoc.
 // Exit status: 0 success, 1 a run or plugin failure, 2 a bad command line or configuration, 130 interrupted.
 #include <algorithm>
 #include <cstdio>
