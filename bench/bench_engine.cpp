@@ -28,10 +28,10 @@
 
 namespace {
 
-constexpr std::int64_t kBatches = 300;
+constexpr std::int64_t kBatches = 120;
 constexpr std::int64_t kBatchSize = 64;
 constexpr std::uint64_t kSeed = 3;
-constexpr int kRepeats = 7;
+constexpr int kRepeats = 21;
 
 using Clock = std::chrono::steady_clock;
 
