@@ -67,10 +67,14 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     std::filesystem::remove(temporary, ignored);
     throw;
   }
+  rename_durably(temporary, path);
+}
+
+void rename_durably(const std::string& temporary, const std::string& path) {
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     int error = errno;
     std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
+    std::filesystem::remove_all(temporary, ignored);
     fail("cannot rename " + temporary + " to", path, error);
   }
   fsync_path(parent_dir(path));

@@ -6,13 +6,12 @@
 #include <string>
 #include <string_view>
 
+#include "baton/durable_file.h"
 #include "baton/export.h"
 
 namespace baton {
 
-BATON_API void fsync_path(const std::string& path);  // a file or a folder; throws baton::Error naming it
-/// Writes `content` to path via "<path>.tmp", fsync, rename, fsync of the folder.
-BATON_API void write_file_atomic(const std::string& path, std::string_view content);
+// fsync_path, rename_durably and write_file_atomic are public: baton/durable_file.h.
 /// zlib crc32 of a whole file, streaming. Throws baton::Error naming the file.
 BATON_API std::uint32_t crc32_of_file(const std::string& path);
 BATON_API std::string read_text_file(const std::string& path);  // throws baton::Error naming the file

@@ -43,6 +43,25 @@ TEST_SUITE("checkpoint") {
                          doctest::Contains("no/b.txt.tmp"), baton::Error);
   }
 
+  TEST_CASE("file_util: rename_durably moves files and folders into place and cleans up when it cannot") {
+    auto dir = fresh_dir("file_util_rename");
+    const auto target = (dir / "t.txt").string();
+    baton::write_file_atomic(target, "old");
+    baton::write_file_atomic((dir / "new.txt").string(), "new");
+    baton::rename_durably((dir / "new.txt").string(), target);
+    CHECK(baton::read_text_file(target) == "new");
+    CHECK_FALSE(fs::exists(dir / "new.txt"));
+    fs::create_directories(dir / "folder.tmp" / "inner");
+    baton::rename_durably((dir / "folder.tmp").string(), (dir / "folder").string());
+    CHECK(fs::is_directory(dir / "folder" / "inner"));
+    // A folder cannot replace a file: the error names both and the temporary folder is gone.
+    fs::create_directories(dir / "other.tmp" / "inner");
+    CHECK_THROWS_WITH_AS(baton::rename_durably((dir / "other.tmp").string(), target),
+                         doctest::Contains(("other.tmp to " + target).c_str()), baton::Error);
+    CHECK_FALSE(fs::exists(dir / "other.tmp"));
+    CHECK(baton::read_text_file(target) == "new");
+  }
+
   TEST_CASE("file_util: crc32_of_file matches the standard check value and zlib over large files") {
     auto dir = fresh_dir("file_util_crc");
     baton::write_file_atomic((dir / "check").string(), "123456789");

@@ -370,6 +370,14 @@ FileDigest write_safetensors(const std::string& path, const NamedTensors& tensor
   return digest;
 }
 
+FileDigest write_safetensors_atomic(const std::string& path, const NamedTensors& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
+  const std::string temporary = path + ".tmp";
+  FileDigest digest = write_safetensors(temporary, tensors, metadata);  // removes the temporary when it fails
+  rename_durably(temporary, path);
+  return digest;
+}
+
 void validate_safetensors(const std::string& path) {
   InputFile file(path);
   HeaderParser(path).parse(file);

@@ -172,6 +172,27 @@ TEST_SUITE("checkpoint") {
     CHECK_FALSE(fs::exists(path));
   }
 
+  TEST_CASE("safetensors: write_safetensors_atomic replaces a file whole and keeps the old one when it fails") {
+    auto dir = baton::test::scratch_dir("safetensors_atomic");
+    const auto path = (dir / "w.safetensors").string();
+    auto first = baton::write_safetensors_atomic(path, {{"a", at::full({2}, 1.5)}}, {{"k", "one"}});
+    CHECK(first.bytes == fs::file_size(path));
+    baton::write_safetensors_atomic(path, {{"b", at::arange(3, at::kLong)}}, {{"k", "two"}});
+    auto back = baton::read_safetensors(path);
+    REQUIRE(back.tensors.size() == 1);
+    CHECK(back.tensors[0].first == "b");
+    CHECK(back.tensors[0].second.equal(at::arange(3, at::kLong)));
+    CHECK(back.metadata.at("k") == "two");
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    // A refused write leaves the previous file untouched and no temporary behind.
+    CHECK_THROWS_WITH_AS(baton::write_safetensors_atomic(path, {{"z", at::zeros({2}, at::kComplexFloat)}}),
+                         doctest::Contains("unsupported dtype"), baton::Error);
+    CHECK(baton::read_safetensors(path).metadata.at("k") == "two");
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_THROWS_WITH_AS(baton::write_safetensors_atomic((dir / "no" / "x.safetensors").string(), {}),
+                         doctest::Contains("no/x.safetensors.tmp"), baton::Error);
+  }
+
   TEST_CASE("safetensors: reader reports each kind of malformed file") {
     auto dir = baton::test::scratch_dir("safetensors_reader_errors");
     const std::string four_floats(16, '\0');

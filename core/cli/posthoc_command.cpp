@@ -10,10 +10,10 @@
 #include <torch/nn/module.h>
 
 #include "baton/error.h"
+#include "baton/posthoc.h"
+#include "baton/safetensors.h"
 #include "config/config.h"
-#include "ema_files.h"
 #include "logging/eval_plot.h"
-#include "posthoc_synthesis.h"
 #include "trainer/run.h"
 
 namespace fs = std::filesystem;
@@ -29,7 +29,7 @@ std::string exact(double value) {
   return buffer;
 }
 
-void describe(const ema_plugin::SnapshotSet& snapshots, const ema_plugin::SynthesisResult& result) {
+void describe(const posthoc::SnapshotSet& snapshots, const posthoc::SynthesisResult& result) {
   std::fprintf(stderr,
                "posthoc: sigma_rel %.4g (gamma %.4g) at batch %lld from %zu snapshots of sigma_rel", result.sigma_rel,
                result.gamma, static_cast<long long>(result.t), snapshots.info.size());
@@ -39,15 +39,16 @@ void describe(const ema_plugin::SnapshotSet& snapshots, const ema_plugin::Synthe
 }
 
 int write_one(const PosthocArgs& args) {
-  auto snapshots = ema_plugin::load_snapshots(args.run_dir);
-  auto result = ema_plugin::synthesise(snapshots, args.sigma_rel);
+  auto snapshots = posthoc::load_snapshots(args.run_dir);
+  auto result = posthoc::synthesise(snapshots, args.sigma_rel);
   describe(snapshots, result);
   std::map<std::string, std::string> metadata{{"format", "pt"},
-                                              {"baton.posthoc.sigma_rel", exact(result.sigma_rel)},
-                                              {"baton.posthoc.gamma", exact(result.gamma)},
-                                              {"baton.posthoc.t", std::to_string(result.t)}};
+                                              {posthoc::kSnapshotSigmaRel, exact(result.sigma_rel)},
+                                              {posthoc::kSnapshotGamma, exact(result.gamma)},
+                                              {posthoc::kSnapshotTime, std::to_string(result.t)}};
   fs::path output = fs::absolute(args.output);
-  ema_plugin::write_tensors_atomically(output, result.tensors, metadata);
+  fs::create_directories(output.parent_path());
+  write_safetensors_atomic(output.string(), result.tensors, metadata);
   std::printf("wrote %s (sigma_rel %g, batch %lld)\n", args.output.c_str(), result.sigma_rel,
               static_cast<long long>(result.t));
   return 0;
@@ -74,9 +75,9 @@ struct SweepRow {
 };
 
 // A trainer evaluates once (its plugins are closed after), so each width gets a run of its own.
-SweepRow evaluate(const RunConfig& config, const RunOptions& options, const ema_plugin::SnapshotSet& snapshots,
+SweepRow evaluate(const RunConfig& config, const RunOptions& options, const posthoc::SnapshotSet& snapshots,
                   double sigma_rel) {
-  auto result = ema_plugin::synthesise(snapshots, sigma_rel);
+  auto result = posthoc::synthesise(snapshots, sigma_rel);
   auto run = build_run(config, options);
   load_into(run->trainer->model(), result.tensors);
   for (const auto& eval : run->trainer->evaluate_standalone())
@@ -86,8 +87,8 @@ SweepRow evaluate(const RunConfig& config, const RunOptions& options, const ema_
 
 int sweep(const PosthocArgs& args) {
   std::vector<double> targets = parse_sweep(args.sweep);
-  auto snapshots = ema_plugin::load_snapshots(args.run_dir);
-  for (double target : targets) ema_plugin::check_target(snapshots, target);  // fail before any evaluation
+  auto snapshots = posthoc::load_snapshots(args.run_dir);
+  for (double target : targets) posthoc::check_target(snapshots, target);  // fail before any evaluation
   std::vector<Override> overrides;
   for (const auto& s : args.sets) overrides.push_back(Override::parse(s));
   RunOptions options;

@@ -1,4 +1,4 @@
-#include "posthoc_math.h"
+#include "baton/posthoc.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // The post-hoc EMA math on its own (no trainer, no tensors): σ_rel ↔ γ, β from elapsed time, inner products and
 // synthesis weights, against hand computations and independent numerical integration.
-#include <doctest/doctest.h>
+#include "baton_test.h"  // first: baton/posthoc.h brings LibTorch headers
 
 #include <cmath>
 #include <functional>
@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "baton/error.h"
-
-#include "posthoc_math.h"
+#include "baton/posthoc.h"
 
 using namespace baton::posthoc;
 
@@ -41,7 +40,7 @@ std::string error_of(const std::function<void()>& fn) {
 
 }  // namespace
 
-TEST_SUITE("ema_plugin") {
+TEST_SUITE("posthoc") {
   TEST_CASE("posthoc: sigma_rel and gamma convert both ways (Karras et al.'s values)") {
     CHECK(gamma_from_sigma_rel(0.05) == doctest::Approx(16.97).epsilon(1e-3));
     CHECK(gamma_from_sigma_rel(0.28) == doctest::Approx(0.169).epsilon(3e-3));

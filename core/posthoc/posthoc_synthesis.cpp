@@ -1,4 +1,4 @@
-#include "posthoc_synthesis.h"
+#include "baton/posthoc.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,11 +10,9 @@
 
 #include "baton/error.h"
 
-#include "posthoc_tracker.h"
-
 namespace fs = std::filesystem;
 
-namespace baton::ema_plugin {
+namespace baton::posthoc {
 namespace {
 
 std::string number(double value) {
@@ -99,7 +97,7 @@ void check_target(const SnapshotSet& snapshots, double sigma_rel) {
   if (tracked.size() < 2)
     throw Error("post-hoc EMA needs snapshots of at least two profiles; the run tracked only sigma_rel " +
                 list(tracked) + " (posthoc.sigma_rels needs two or more values)");
-  posthoc::SigmaRange range = posthoc::representable_sigma_rels(tracked);
+  SigmaRange range = representable_sigma_rels(tracked);
   if (!(sigma_rel >= range.low && sigma_rel <= range.high))
     throw Error("sigma_rel " + number(sigma_rel) + " is outside what the tracked profiles (" + list(tracked) +
                 ") can represent: [" + number(range.low) + ", " + number(range.high) + "]");
@@ -109,15 +107,15 @@ SynthesisResult synthesise(const SnapshotSet& snapshots, double sigma_rel) {
   check_target(snapshots, sigma_rel);
   SynthesisResult result;
   result.sigma_rel = sigma_rel;
-  result.gamma = posthoc::gamma_from_sigma_rel(sigma_rel);
+  result.gamma = gamma_from_sigma_rel(sigma_rel);
   result.t = snapshots.last_time();
-  std::vector<posthoc::Profile> profiles;
+  std::vector<Profile> profiles;
   std::size_t newest = 0;
   for (std::size_t i = 0; i < snapshots.info.size(); ++i) {
     profiles.push_back({static_cast<double>(snapshots.info[i].t), snapshots.info[i].gamma});
     if (snapshots.info[i].t > snapshots.info[newest].t) newest = i;
   }
-  result.weights = posthoc::synthesis_weights(profiles, {static_cast<double>(result.t), result.gamma});
+  result.weights = synthesis_weights(profiles, {static_cast<double>(result.t), result.gamma});
   const auto& layout = snapshots.tensors.front();
   for (std::size_t k = 0; k < layout.size(); ++k) {
     const at::Tensor& like = layout[k].second;
@@ -134,4 +132,4 @@ SynthesisResult synthesise(const SnapshotSet& snapshots, double sigma_rel) {
   return result;
 }
 
-}  // namespace baton::ema_plugin
+}  // namespace baton::posthoc

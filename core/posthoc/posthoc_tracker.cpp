@@ -1,18 +1,17 @@
-#include "posthoc_tracker.h"
+#include "baton/posthoc.h"
 
 #include <cstdio>
+#include <map>
 #include <utility>
 
 #include <torch/nn/module.h>
 
 #include "baton/error.h"
 
-#include "ema_files.h"
-#include "posthoc_math.h"
 
 namespace fs = std::filesystem;
 
-namespace baton::ema_plugin {
+namespace baton::posthoc {
 namespace {
 
 constexpr const char* kTimeKey = "posthoc.time";
@@ -58,7 +57,7 @@ std::string profile_name_for(double sigma_rel) {
 PosthocTracker::PosthocTracker(std::vector<double> sigma_rels, EmaOptions options)
     : sigma_rels_(std::move(sigma_rels)) {
   for (double sigma : sigma_rels_) {
-    gammas_.push_back(posthoc::gamma_from_sigma_rel(sigma));
+    gammas_.push_back(gamma_from_sigma_rel(sigma));
     names_.push_back(profile_name_for(sigma));
     profiles_.emplace_back(options);
   }
@@ -87,7 +86,7 @@ void PosthocTracker::update(const torch::nn::Module& model, std::int64_t t) {
     if (time_ == 0)
       profiles_[i].update(model, 0.0);
     else
-      profiles_[i].update(model, posthoc::power_ema_beta(static_cast<double>(time_), static_cast<double>(t),
+      profiles_[i].update(model, power_ema_beta(static_cast<double>(time_), static_cast<double>(t),
                                                           gammas_[i]));
   }
   time_ = t;
@@ -107,6 +106,7 @@ std::int64_t PosthocTracker::bytes() const {
 
 std::int64_t PosthocTracker::write_snapshots(const fs::path& run_dir) {
   if (time_ == 0 || time_ == last_snapshot_) return 0;
+  fs::create_directories(run_dir / kSnapshotFolder);
   std::int64_t written = 0;
   for (std::size_t i = 0; i < profiles_.size(); ++i) {
     std::map<std::string, std::string> metadata{{"format", "pt"},
@@ -115,7 +115,7 @@ std::int64_t PosthocTracker::write_snapshots(const fs::path& run_dir) {
                                                 {kSnapshotSigmaRel, exact(sigma_rels_[i])},
                                                 {kSnapshotProfile, names_[i]}};
     fs::path path = run_dir / kSnapshotFolder / snapshot_file_name(names_[i], time_);
-    write_tensors_atomically(path, profile_tensors(i), metadata);
+    write_safetensors_atomic(path.string(), profile_tensors(i), metadata);
     written += static_cast<std::int64_t>(fs::file_size(path));
   }
   last_snapshot_ = time_;
@@ -178,4 +178,4 @@ void PosthocTracker::load(const StateDict& in) {
   last_snapshot_ = in.get_int(kLastSnapshotKey);
 }
 
-}  // namespace baton::ema_plugin
+}  // namespace baton::posthoc

@@ -12,17 +12,19 @@
 
 #include "baton/ema.h"
 #include "baton/plugin.h"
+#include "baton/posthoc.h"
 #include "baton/safetensors.h"
 
-#include "ema_files.h"
 #include "ema_schedule.h"
 #include "ema_selection.h"
 #include "ema_settings.h"
-#include "posthoc_tracker.h"
 
 namespace fs = std::filesystem;
 
 namespace baton::ema_plugin {
+
+using posthoc::PosthocTracker;
+
 namespace {
 
 constexpr const char* kShadowPrefix = "shadow/";
@@ -229,7 +231,7 @@ class EmaAlgorithm final : public Algorithm {
     std::int64_t written = posthoc_->write_snapshots(state.run_dir);
     if (written == 0) return;
     logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + byte_size(written) +
-                " written, " + byte_size(snapshot_disk_use(state.run_dir)) + " in " + state.run_dir + "/posthoc");
+                " written, " + byte_size(posthoc::snapshot_disk_use(state.run_dir)) + " in " + state.run_dir + "/posthoc");
   }
 
   static bool writes_snapshots(const State& state) { return !state.run_dir.empty() && state.rank == 0; }
@@ -311,7 +313,8 @@ class EmaAlgorithm final : public Algorithm {
     std::map<std::string, std::string> metadata{{"format", "pt"},
                                                 {"baton.ema_started", started_ ? "true" : "false"},
                                                 {"baton.ema_updates", std::to_string(updates_)}};
-    write_tensors_atomically(fs::path(state.run_dir) / kExportFile, inference_weights(), metadata);
+    fs::create_directories(state.run_dir);
+    write_safetensors_atomic((fs::path(state.run_dir) / kExportFile).string(), inference_weights(), metadata);
   }
 
   // What inference should use: the average once it has started, the raw weights before.

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "baton/durable_file.h"
 #include "ema_files.h"
 
 namespace fs = std::filesystem;
@@ -120,7 +121,7 @@ std::vector<std::string> publish_best(const std::string& best_dir, const Ranking
     names.insert(entry.name);
   }
   remove_unranked(best, names);
-  write_text_atomically(best / "best.json", ranking_json(ranking, kept));
+  write_file_atomic((best / "best.json").string(), ranking_json(ranking, kept));
   fs::path top_ema = kept.empty() ? fs::path() : best / kept.front().name / "ema.safetensors";
   std::error_code ec;
   if (!kept.empty() && fs::exists(top_ema))

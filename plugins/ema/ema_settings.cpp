@@ -1,11 +1,11 @@
 #include "ema_settings.h"
 
-#include "posthoc_math.h"
-
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <vector>
+
+#include "baton/posthoc.h"
 
 namespace baton::ema_plugin {
 namespace {

@@ -1,48 +1,21 @@
 // Post-hoc EMA with tensors: the tracker against closed-form power-function averages (any update interval),
-// synthesis against a directly tracked profile, snapshot files, resume, and the plugin's configuration errors.
+// snapshot files, resume, and the plugin's configuration errors.
 #include "baton_test.h"
 
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
+#include "baton/posthoc.h"
 #include "ema_test_support.h"
-#include "posthoc_math.h"
-#include "posthoc_synthesis.h"
-#include "posthoc_tracker.h"
 
 using namespace ema_test;
 namespace ph = baton::posthoc;
-using baton::ema_plugin::PosthocTracker;
 
 namespace {
-
-// One float parameter vector whose values the test sets at every step.
-struct Vector : torch::nn::Module {
-  at::Tensor w;
-  Vector() { w = register_parameter("w", at::zeros({4})); }
-  void set(const std::function<double(int)>& value) {
-    auto data = w.detach();
-    auto a = data.accessor<float, 1>();
-    for (int j = 0; j < 4; ++j) a[j] = static_cast<float>(value(j));
-  }
-};
-
-// A smooth trajectory with drift and oscillation, different per element.
-double trajectory(double t, int j) { return 1.0 + 0.3 * j + 0.5 * std::sin(t / 170.0 + j) + t / 800.0; }
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // The power-function EMA written out by hand: the weights x_k of update time t_k count
 // (t_k^(γ+1) − t_(k−1)^(γ+1)) / t_n^(γ+1), the profile (γ+1) τ^γ / t_n^(γ+1) integrated over [t_(k−1), t_k].
@@ -110,46 +83,6 @@ std::string config_error(const std::string& toml) {
 }  // namespace
 
 TEST_SUITE("ema_plugin") {
-  TEST_CASE("posthoc: a synthesised profile equals one tracked directly with the same sigma_rel") {
-    auto dir = baton::test::scratch_dir("posthoc-synthesis");
-    // 0.05 and 0.10 are the snapshots; 0.08 is tracked alongside only to compare with.
-    PosthocTracker tracker({0.05, 0.10, 0.08}, baton::EmaOptions{});
-    Vector model;
-    tracker.reset(model);
-    for (std::int64_t t = 1; t <= 1000; ++t) {
-      model.set([t](int j) { return trajectory(static_cast<double>(t), j); });
-      tracker.update(model, t);
-      if (t % 20 == 0) tracker.write_snapshots(dir);
-    }
-    for (const auto& entry : fs::directory_iterator(dir / "posthoc"))
-      if (entry.path().filename().string().rfind("sigma0.08_", 0) == 0) fs::remove(entry.path());
-    auto snapshots = baton::ema_plugin::load_snapshots(dir.string());
-    REQUIRE(snapshots.info.size() == 100);
-    CHECK(snapshots.sigma_rels() == std::vector<double>{0.05, 0.10});
-    CHECK(snapshots.last_time() == 1000);
-
-    auto result = baton::ema_plugin::synthesise(snapshots, 0.08);
-    at::Tensor direct = tracker.profile_tensors(2).front().second.to(at::kDouble);
-    at::Tensor synthesised = result.tensors.front().second;
-    CHECK(result.tensors.front().first == "w");
-    CHECK((synthesised.scalar_type() == at::kFloat));
-    double relative = ((synthesised.to(at::kDouble) - direct).abs() / direct.abs()).max().item<double>();
-    CHECK(relative < 1e-4);
-    // The comparison can fail: the tracked neighbours differ from 0.08 by far more.
-    at::Tensor neighbour = tracker.profile_tensors(1).front().second.to(at::kDouble);
-    CHECK(((neighbour - direct).abs() / direct.abs()).max().item<double>() > 100 * relative);
-
-    CHECK(error_of([&] { baton::ema_plugin::synthesise(snapshots, 0.01); }).find("can represent: [0.025, 0.2]") !=
-          std::string::npos);
-    for (const auto& entry : fs::directory_iterator(dir / "posthoc"))
-      if (entry.path().filename().string().rfind("sigma0.1_", 0) == 0) fs::remove(entry.path());
-    auto one = baton::ema_plugin::load_snapshots(dir.string());
-    CHECK(error_of([&] { baton::ema_plugin::synthesise(one, 0.05); }).find("at least two profiles") !=
-          std::string::npos);
-    CHECK(error_of([&] { baton::ema_plugin::load_snapshots((dir / "nowhere").string()); })
-              .find("does not exist") != std::string::npos);
-  }
-
   TEST_CASE("posthoc: the plugin's profiles are the closed-form power EMA for update intervals 1 and 4") {
     for (int interval : {1, 4}) {
       CAPTURE(interval);
@@ -242,7 +175,7 @@ TEST_SUITE("ema_plugin") {
     auto trainer = make_trainer(other);
     auto ema = load_ema(plain + "\nposthoc = { sigma_rels = [0.05, 0.2] }");
     trainer->add_plugin("ema", ema.plugin);
-    CHECK(contains(error_of([&] { trainer->fit(); }), "differ from posthoc.sigma_rels (sigma0.05, sigma0.2)"));
+    CHECK_THROWS_WITH(trainer->fit(), doctest::Contains("differ from posthoc.sigma_rels (sigma0.05, sigma0.2)"));
   }
 
   TEST_CASE("posthoc: configuration errors name the key and what was expected") {

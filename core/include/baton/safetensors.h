@@ -29,6 +29,12 @@ struct BATON_API FileDigest {
 BATON_API FileDigest write_safetensors(const std::string& path, const NamedTensors& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 
+/// write_safetensors to "<path>.tmp", then rename_durably (baton/durable_file.h) onto `path`: readers, and a run
+/// restarted after a crash or power cut, find the old file or the complete new one, never a part. The folder must
+/// exist. Throws baton::Error naming the file.
+BATON_API FileDigest write_safetensors_atomic(const std::string& path, const NamedTensors& tensors,
+                                              const std::map<std::string, std::string>& metadata = {});
+
 struct BATON_API SafetensorsContents {
   NamedTensors tensors;  // CPU tensors, in file order
   std::map<std::string, std::string> metadata;
