@@ -14,8 +14,8 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
-#include "distributed/communicator.h"
-#include "distributed/sharded_ema.h"
+#include "baton/communicator.h"
+#include "baton/ema.h"
 
 namespace {
 
@@ -54,7 +54,11 @@ RankResult run_rank(int rank, int port) {
     // An mlp of Fashion-MNIST size, 1.3 M parameters.
     torch::nn::Sequential model(torch::nn::Linear(784, 1024), torch::nn::Linear(1024, 512), torch::nn::Linear(512, 10));
     comm->broadcast(model->parameters());
-    baton::ShardedEma ema(*model, comm, 0.999);
+    baton::EmaOptions options;
+    options.smoothing = 0.999;
+    options.threads = 1;  // the two ranks share this machine's cores
+    options.shard_over = comm;
+    baton::ExponentialMovingAverage ema(*model, options);
     std::int64_t before = comm->collectives();
     auto started = std::chrono::steady_clock::now();
     for (int i = 0; i < kUpdates; ++i) ema.update(*model);
@@ -62,7 +66,7 @@ RankResult run_rank(int rank, int port) {
     result.collectives_per_update = static_cast<double>(comm->collectives() - before) / kUpdates;
     result.bytes_ratio = static_cast<double>(ema.bytes()) / static_cast<double>(ema.full_bytes());
     result.update_ms = 1000 * seconds / kUpdates;
-    ema.gather();  // the full EMA is still available (one allgather), as for a checkpoint
+    ema.state_dict();  // the full EMA is still available (one allgather), as for a checkpoint
   } catch (const std::exception& e) {
     result.error = e.what();
   }

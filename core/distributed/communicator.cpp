@@ -1,4 +1,4 @@
-#include "distributed/communicator.h"
+#include "baton/communicator.h"
 
 #include <cstdlib>
 #include <limits>
@@ -215,12 +215,13 @@ bool Communicator::any(bool flag) { return sum({flag ? 1.0 : 0.0}).front() > 0; 
 void Communicator::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
 
 at::Tensor Communicator::all_gather(const at::Tensor& shard) {
-  at::Tensor input = shard.contiguous();
+  // Gathered as bytes: an allgather only moves data, and Gloo does not take every dtype (bf16).
+  at::Tensor input = shard.contiguous().reshape({-1}).view(at::kByte);
   std::vector<at::Tensor> inputs{input};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(at::empty_like(input));
   impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
-  return at::cat(outputs[0]);
+  return at::cat(outputs[0]).view(shard.scalar_type());
 }
 
 std::int64_t Communicator::collectives() const { return impl_->collectives; }

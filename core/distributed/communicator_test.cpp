@@ -6,8 +6,8 @@
 #include <ATen/ops/tensor.h>
 
 #include "baton/error.h"
-#include "distributed/communicator.h"
-#include "distributed/loopback_ranks_test.h"
+#include "baton/communicator.h"
+#include "loopback_ranks.h"
 
 using namespace baton;
 using baton::test::free_port;

@@ -8,9 +8,11 @@
 #include <unordered_map>
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/Device.h>
 #include <torch/nn/module.h>
 
+#include "baton/communicator.h"
 #include "baton/error.h"
 #include "ema/ema_kernel.h"
 
@@ -118,9 +120,39 @@ struct ExponentialMovingAverage::Impl {
   struct Entry {
     std::string name;
     bool averaged = false;
+    std::vector<std::int64_t> shape;
+    at::ScalarType dtype = at::kFloat;  // of the average
+    // Sharded: the tensor is a range of the flattened EMA, of which this rank holds a slice; `ema` is then only
+    // defined while the whole EMA is gathered for a swap.
+    bool in_shard = false;
+    std::int64_t offset = 0;  // in the flattened EMA
     at::Tensor ema;     // the average; undefined while its storage is exchanged into the model
     at::Tensor stash;   // while swapped: the raw weights (their storage, or a backup copy)
     at::Tensor holder;  // while swapped by exchange: the model tensor that now holds the EMA's storage
+    std::int64_t numel() const {
+      std::int64_t n = 1;
+      for (auto d : shape) n *= d;
+      return n;
+    }
+  };
+
+  // This rank's contiguous slice [begin, end) of the flattened floating-point tensors of a sharded EMA. Every rank's
+  // slice is `chunk` long (the last one padded) so that one allgather joins them.
+  struct Shard {
+    struct Segment {  // where one tensor overlaps the slice
+      std::size_t entry;
+      std::int64_t in_tensor;
+      std::int64_t in_shard;
+      std::int64_t length;
+    };
+    at::Tensor data;
+    std::int64_t total = 0, chunk = 0, begin = 0, end = 0;
+    std::vector<Segment> segments;
+
+    at::Tensor view(const Segment& s) const { return data.slice(0, s.in_shard, s.in_shard + s.length); }
+    static at::Tensor piece(const at::Tensor& tensor, const Segment& s) {
+      return tensor.detach().reshape({-1}).slice(0, s.in_tensor, s.in_tensor + s.length);
+    }
   };
 
   EmaOptions options;
@@ -129,10 +161,16 @@ struct ExponentialMovingAverage::Impl {
   bool initialized = false;
   bool swapped = false;
   ema_kernel::Plan plan;
+  Shard shard;
+
+  bool sharded() const { return options.shard_over != nullptr; }
 
   static at::Tensor current(const Entry& entry) {
     return entry.holder.defined() ? entry.holder.variable_data() : entry.ema;
   }
+
+  // Whether an entry's average is at hand on this rank (not only a slice of it).
+  static bool whole(const Entry& entry) { return entry.ema.defined() || entry.holder.defined(); }
 
   const Entry& entry(const std::string& name) const {
     auto it = index.find(name);
@@ -161,11 +199,63 @@ struct ExponentialMovingAverage::Impl {
     return true;
   }
 
-  at::Tensor make_average(const at::Tensor& weight, bool averaged) const {
+  at::ScalarType average_dtype(const at::Tensor& weight, bool averaged) const {
     at::ScalarType dtype = weight.scalar_type();
     if (averaged && options.float32 && (dtype == at::kBFloat16 || dtype == at::kHalf)) dtype = at::kFloat;
-    const c10::Device device = options.device.empty() ? weight.device() : parse_device(options.device);
-    return weight.detach().to(device, dtype, /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous);
+    return dtype;
+  }
+
+  c10::Device average_device(const at::Tensor& weight) const {
+    return options.device.empty() ? weight.device() : parse_device(options.device);
+  }
+
+  at::Tensor make_average(const at::Tensor& weight, bool averaged) const {
+    return weight.detach().to(average_device(weight), average_dtype(weight, averaged), /*non_blocking=*/false,
+                              /*copy=*/true, at::MemoryFormat::Contiguous);
+  }
+
+  // Lays the floating-point entries end to end and takes this rank's slice of them, filled from `weights`.
+  void make_shard(const std::vector<at::Tensor>& weights) {
+    const int rank = options.shard_over->rank(), world = options.shard_over->world_size();
+    shard = Shard();
+    std::optional<at::ScalarType> dtype;
+    c10::Device device(c10::kCPU);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      Entry& e = entries[i];
+      if (!e.in_shard) continue;
+      e.offset = shard.total;
+      shard.total += e.numel();
+      // One buffer needs one dtype: mixed dtypes share the wider one (each tensor converts back when gathered).
+      dtype = dtype ? at::promote_types(*dtype, e.dtype) : e.dtype;
+      if (shard.total == e.numel()) device = average_device(weights[i]);
+    }
+    shard.chunk = (shard.total + world - 1) / world;
+    shard.begin = std::min(shard.total, shard.chunk * rank);
+    shard.end = std::min(shard.total, shard.begin + shard.chunk);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      if (!e.in_shard) continue;
+      const std::int64_t lo = std::max(shard.begin, e.offset), hi = std::min(shard.end, e.offset + e.numel());
+      if (lo < hi) shard.segments.push_back(Shard::Segment{i, lo - e.offset, lo - shard.begin, hi - lo});
+    }
+    shard.data = at::empty({shard.chunk}, at::TensorOptions().dtype(dtype.value_or(at::kFloat)).device(device));
+    if (shard.end - shard.begin < shard.chunk) shard.data.slice(0, shard.end - shard.begin).zero_();
+    for (const auto& s : shard.segments) shard.view(s).copy_(Shard::piece(weights[s.entry], s));
+  }
+
+  // The whole flattened EMA (a collective: every rank's slice, in rank order).
+  at::Tensor gather() const {
+    if (shard.total == 0) return shard.data;
+    return options.shard_over->all_gather(shard.data);
+  }
+
+  static at::Tensor unflatten(const at::Tensor& flat, const Entry& e) {
+    return flat.slice(0, e.offset, e.offset + e.numel()).view(e.shape).to(e.dtype);
+  }
+
+  // Every entry's average as a tensor: a view of `flat` (the gathered EMA) for sharded entries not swapped in.
+  at::Tensor average_of(const Entry& e, const at::Tensor& flat) const {
+    return whole(e) ? current(e) : unflatten(flat, e);
   }
 
   // The model's tensors in the EMA's order, checked name by name and shape by shape.
@@ -181,7 +271,7 @@ struct ExponentialMovingAverage::Impl {
                       "' that the EMA does not hold (was the EMA built from another model? call reset(model))");
         i = it->second;
       }
-      const auto expected = current(entries[i]).sizes();
+      const at::IntArrayRef expected = entries[i].shape;
       if (tensor.sizes() != expected)
         throw Error("EMA: tensor '" + name + "' has shape " + shape_string(tensor.sizes()) + " in the model but " +
                     shape_string(expected) + " in the EMA");
@@ -202,18 +292,38 @@ struct ExponentialMovingAverage::Impl {
     require_not_swapped("update");
     const auto weights = align(model);
     at::NoGradGuard no_grad;
+    // A sharded EMA updates the segments of its slice exactly as a whole one updates whole tensors (the same
+    // kernel, element by element), so both give bitwise the same average; no rank talks to another.
     std::vector<ema_kernel::Task> tasks;
-    std::vector<std::size_t> others;
-    tasks.reserve(entries.size());
+    struct Other {  // updated with LibTorch ops
+      at::Tensor average, weight;
+      bool averaged;
+    };
+    std::vector<Other> others;
+    tasks.reserve(entries.size() + shard.segments.size());
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (auto task = kernel_task(entries[i].ema, weights[i], entries[i].averaged))
+      const Entry& e = entries[i];
+      if (e.in_shard) continue;
+      if (auto task = kernel_task(e.ema, weights[i], e.averaged))
         tasks.push_back(*task);
       else
-        others.push_back(i);
+        others.push_back({e.ema, weights[i], e.averaged});
+    }
+    for (const auto& s : shard.segments) {
+      const Entry& e = entries[s.entry];
+      at::Tensor average = shard.view(s);
+      // A strided weight's piece is a temporary copy: the plan must not keep its address.
+      at::Tensor weight = Shard::piece(weights[s.entry], s);
+      std::optional<ema_kernel::Task> task;
+      if (weights[s.entry].is_contiguous()) task = kernel_task(average, weight, e.averaged);
+      if (task)
+        tasks.push_back(*task);
+      else
+        others.push_back({average, weight, e.averaged});
     }
     if (tasks != plan.tasks()) plan = ema_kernel::Plan(std::move(tasks));
     plan.run(smoothing, options.threads);
-    for (std::size_t i : others) op_update(entries[i].ema, weights[i], entries[i].averaged, smoothing);
+    for (auto& other : others) op_update(other.average, other.weight, other.averaged, smoothing);
   }
 
   static bool exchangeable(const at::Tensor& ema, const at::Tensor& weight) {
@@ -263,6 +373,18 @@ struct ExponentialMovingAverage::Impl {
       e.stash = at::Tensor();
     }
   }
+
+  // Sharded: the whole EMA for a swap, as views of one gathered buffer, and its release after.
+  void gather_for_swap() {
+    const at::Tensor flat = gather();
+    for (auto& e : entries)
+      if (e.in_shard) e.ema = unflatten(flat, e);
+  }
+
+  void release_gathered() {
+    for (auto& e : entries)
+      if (e.in_shard) e.ema = at::Tensor();
+  }
 };
 
 ExponentialMovingAverage::ExponentialMovingAverage(EmaOptions options) : impl_(std::make_unique<Impl>()) {
@@ -286,17 +408,24 @@ void ExponentialMovingAverage::reset(const torch::nn::Module& model) {
   at::NoGradGuard no_grad;
   std::vector<Impl::Entry> entries;
   std::unordered_map<std::string, std::size_t> index;
+  std::vector<at::Tensor> weights;
   for (auto& [name, tensor, parameter] : model_tensors(model)) {
     Impl::Entry entry;
     entry.name = name;
     entry.averaged = impl_->averages(name, tensor, parameter);
-    entry.ema = impl_->make_average(tensor, entry.averaged);
+    entry.shape = tensor.sizes().vec();
+    entry.dtype = impl_->average_dtype(tensor, entry.averaged);
+    // Integer buffers (counters) are tiny and kept whole on every rank; the floating tensors are sharded.
+    entry.in_shard = impl_->sharded() && tensor.is_floating_point();
+    if (!entry.in_shard) entry.ema = impl_->make_average(tensor, entry.averaged);
     index.emplace(name, entries.size());
     entries.push_back(std::move(entry));
+    weights.push_back(tensor);
   }
   impl_->entries = std::move(entries);
   impl_->index = std::move(index);
   impl_->plan = ema_kernel::Plan();
+  if (impl_->sharded()) impl_->make_shard(weights);
   impl_->initialized = true;
 }
 
@@ -312,10 +441,18 @@ void ExponentialMovingAverage::swap(torch::nn::Module& model) {
   impl_->require_initialized("swap");
   const auto weights = impl_->align(model);
   at::NoGradGuard no_grad;
-  if (impl_->swapped)
+  if (impl_->swapped) {
     impl_->swap_out(weights);
-  else
-    impl_->swap_in(weights);
+    impl_->release_gathered();
+  } else {
+    if (impl_->sharded()) impl_->gather_for_swap();
+    try {
+      impl_->swap_in(weights);
+    } catch (...) {
+      impl_->release_gathered();
+      throw;
+    }
+  }
   impl_->swapped = !impl_->swapped;
 }
 
@@ -325,20 +462,26 @@ void ExponentialMovingAverage::copy_to(torch::nn::Module& model) const {
   impl_->require_initialized("copy_to");
   impl_->require_not_swapped("copy_to");
   const auto weights = impl_->align(model);
+  const at::Tensor flat = impl_->sharded() ? impl_->gather() : at::Tensor();
   at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < weights.size(); ++i)
-    weights[i].detach().copy_(impl_->entries[i].ema, /*non_blocking=*/!impl_->entries[i].ema.is_cpu());
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const at::Tensor average = impl_->average_of(impl_->entries[i], flat);
+    weights[i].detach().copy_(average, /*non_blocking=*/!average.is_cpu());
+  }
 }
 
 void ExponentialMovingAverage::to(const std::string& device) {
   impl_->require_not_swapped("move the EMA");
   const c10::Device target = parse_device(device);
-  for (auto& entry : impl_->entries) entry.ema = entry.ema.to(target);
+  for (auto& entry : impl_->entries)
+    if (entry.ema.defined()) entry.ema = entry.ema.to(target);
+  if (impl_->shard.data.defined()) impl_->shard.data = impl_->shard.data.to(target);
   impl_->options.device = device;
   impl_->plan = ema_kernel::Plan();
 }
 
 std::string ExponentialMovingAverage::device() const {
+  if (impl_->shard.data.defined() && impl_->shard.total > 0) return impl_->shard.data.device().str();
   if (impl_->entries.empty()) return impl_->options.device;
   return Impl::current(impl_->entries.front()).device().str();
 }
@@ -356,17 +499,36 @@ std::vector<std::string> ExponentialMovingAverage::names() const {
 
 std::int64_t ExponentialMovingAverage::bytes() const {
   std::int64_t total = 0;
-  for (const auto& entry : impl_->entries) total += static_cast<std::int64_t>(Impl::current(entry).nbytes());
+  for (const auto& entry : impl_->entries)
+    if (!entry.in_shard) total += static_cast<std::int64_t>(Impl::current(entry).nbytes());
+  if (impl_->shard.data.defined()) total += static_cast<std::int64_t>(impl_->shard.data.nbytes());
   return total;
 }
 
-at::Tensor ExponentialMovingAverage::get(const std::string& name) const { return Impl::current(impl_->entry(name)); }
+std::int64_t ExponentialMovingAverage::full_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& entry : impl_->entries)
+    total += entry.numel() * static_cast<std::int64_t>(c10::elementSize(entry.dtype));
+  return total;
+}
+
+bool ExponentialMovingAverage::sharded() const { return impl_->sharded(); }
+
+at::Tensor ExponentialMovingAverage::get(const std::string& name) const {
+  const auto& entry = impl_->entry(name);
+  if (!Impl::whole(entry))
+    throw Error("EMA: tensor '" + name + "' is sharded across the ranks, so no rank holds all of it: state_dict() "
+                "gathers the whole EMA");
+  return Impl::current(entry);
+}
 
 std::vector<std::pair<std::string, at::Tensor>> ExponentialMovingAverage::state_dict() const {
+  // Sharded and not swapped in: every rank gathers (a collective), whatever it then does with the result.
+  const at::Tensor flat = impl_->sharded() && !impl_->swapped ? impl_->gather() : at::Tensor();
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.reserve(impl_->entries.size());
   for (const auto& entry : impl_->entries)
-    out.emplace_back(entry.name, Impl::current(entry).clone(at::MemoryFormat::Contiguous));
+    out.emplace_back(entry.name, impl_->average_of(entry, flat).clone(at::MemoryFormat::Contiguous));
   return out;
 }
 
@@ -382,15 +544,15 @@ void ExponentialMovingAverage::load_state_dict(const std::vector<std::pair<std::
       if (strict) throw Error("EMA state: unexpected tensor '" + name + "' (the model has no tensor of that name)");
       continue;
     }
-    const at::Tensor& expected = impl_->entries[it->second].ema;
+    const Impl::Entry& expected = impl_->entries[it->second];
     if (sources[it->second]) throw Error("EMA state: tensor '" + name + "' appears twice");
     if (!tensor.defined()) throw Error("EMA state: tensor '" + name + "' is undefined");
-    if (tensor.sizes() != expected.sizes())
+    if (tensor.sizes() != at::IntArrayRef(expected.shape))
       throw Error("EMA state: tensor '" + name + "' has shape " + shape_string(tensor.sizes()) +
-                  " but the EMA expects " + shape_string(expected.sizes()));
-    if (tensor.scalar_type() != expected.scalar_type())
+                  " but the EMA expects " + shape_string(expected.shape));
+    if (tensor.scalar_type() != expected.dtype)
       throw Error("EMA state: tensor '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
-                  " but the EMA expects " + std::string(c10::toString(expected.scalar_type())));
+                  " but the EMA expects " + std::string(c10::toString(expected.dtype)));
     sources[it->second] = &tensor;
   }
   if (strict)
@@ -398,7 +560,10 @@ void ExponentialMovingAverage::load_state_dict(const std::vector<std::pair<std::
       if (!sources[i]) throw Error("EMA state: tensor '" + impl_->entries[i].name + "' is missing");
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < sources.size(); ++i)
-    if (sources[i]) impl_->entries[i].ema.copy_(*sources[i]);
+    if (sources[i] && !impl_->entries[i].in_shard) impl_->entries[i].ema.copy_(*sources[i]);
+  // A sharded EMA takes its slice of the whole one, whatever world size saved it.
+  for (const auto& s : impl_->shard.segments)
+    if (sources[s.entry]) impl_->shard.view(s).copy_(Impl::Shard::piece(*sources[s.entry], s));
 }
 
 const EmaOptions& ExponentialMovingAverage::options() const { return impl_->options; }

@@ -16,7 +16,7 @@
 #include <torch/optim/sgd.h>
 
 #include "data/dataset.h"
-#include "distributed/communicator.h"
+#include "baton/communicator.h"
 #include "models/models.h"
 
 namespace fs = std::filesystem;

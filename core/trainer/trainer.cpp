@@ -30,7 +30,7 @@
 #include "baton/safetensors.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "distributed/communicator.h"
+#include "baton/communicator.h"
 #include "engine/engine.h"
 #include "logging/eval_plot.h"
 #include "logging/progress.h"
@@ -154,6 +154,7 @@ struct Trainer::Impl {
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
     state.world_size = options.world_size;
+    state.communicator = options.communicator;
     state.run_dir = options.run_dir;
     state.model = module.get();
     state.optimizer = optimizer.get();
@@ -254,11 +255,15 @@ struct Trainer::Impl {
 
   void write_checkpoint(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
                         const std::vector<std::function<void(const std::string&)>>& hooks) {
-    if (options.rank != 0) return;
+    // Every rank captures, since a plugin's state may need a collective (a sharded EMA gathers), and keeps the
+    // same record of the save, so all ranks make the same decisions after it; rank 0 alone writes.
     auto started = std::chrono::steady_clock::now();
-    std::string path = store->save(name, capture(files));
-    state.last_checkpoint = path;
+    CheckpointData data = capture(files);
     last_save_batch = state.progress.now.batch;
+    state.last_checkpoint = (fs::path(store->dir()) / name).string();
+    if (options.rank != 0) return;
+    std::string path = store->save(name, data);
+    state.last_checkpoint = path;
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options.quiet) logger->info("checkpoint " + path + " (" + format_number(seconds, 2) + " s)");
     for (const auto& hook : hooks) {
@@ -303,6 +308,7 @@ struct Trainer::Impl {
     CheckpointData data = load_checkpoint(path);
     restore_model(data, path);
     if (with_training_state) {
+      std::int64_t saved_world = options.world_size, saved_batch = options.batch_size;
       if (const StateDict* saved = data.section("optimizer"))
         import_optimizer_state(*optimizer, named_parameters(*module), *saved);
       if (const StateDict* saved = data.section("trainer")) {
@@ -316,9 +322,13 @@ struct Trainer::Impl {
         }
         for (const auto& key : saved->keys())
           if (key.rfind("metric/", 0) == 0) state.metrics[key.substr(7)] = saved->get_double(key);
+        if (saved->has("world_size")) saved_world = saved->get_int("world_size");
+        if (saved->has("batch_size")) saved_batch = saved->get_int("batch_size");
       }
       state.progress.now = data.timestamp;
       last_save_batch = data.timestamp.batch;
+      if (saved_world != options.world_size || saved_batch != options.batch_size)
+        continue_at_new_scale(path, saved_world, saved_batch);
     }
     for (const auto& [id, plugin] : plugins) {
       const StateDict* saved = data.section("plugin/" + id);
@@ -339,6 +349,28 @@ struct Trainer::Impl {
     }
     state.last_checkpoint = path;
     fire(Event::after_load);
+  }
+
+  // A checkpoint written at another world size or per-rank batch size. Every world size draws the same seeded
+  // order for an epoch, and k global batches of B x W samples cover its first k x B x W samples whatever W is, so
+  // the position within the epoch carries over through the samples seen; only when they are not a whole number
+  // of the new global batches are a few of them trained again.
+  void continue_at_new_scale(const std::string& path, std::int64_t saved_world, std::int64_t saved_batch) {
+    Timestamp& now = state.progress.now;
+    const std::int64_t global = options.batch_size * options.world_size;
+    logger->info("checkpoint " + path + " was written by " + std::to_string(saved_world) + " rank(s) at batch size " +
+                 std::to_string(saved_batch) + "; continuing with " + std::to_string(options.world_size) +
+                 " at batch size " + std::to_string(options.batch_size) + " (global batch " +
+                 std::to_string(saved_world * saved_batch) + " -> " + std::to_string(global) + ")");
+    if (now.batch_in_epoch == 0) return;
+    const std::int64_t seen = now.sample_in_epoch, kept = seen / global * global;
+    if (kept != seen)
+      logger->warn("resuming mid-epoch with another global batch: " + std::to_string(seen - kept) + " of the " +
+                   std::to_string(seen) + " samples epoch " + std::to_string(now.epoch) +
+                   " had seen are trained again (resume from an epoch checkpoint to avoid this)");
+    now.batch_in_epoch = kept / global;
+    now.sample -= seen - kept;
+    now.sample_in_epoch = kept;
   }
 
   void resume() {

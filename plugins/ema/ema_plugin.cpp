@@ -95,6 +95,7 @@ class EmaAlgorithm final : public Algorithm {
       case Event::fit_start: return on_fit_start(state, logger);
       case Event::batch_start:
         candidate_.reset();
+        checkpoint_shadow_.reset();
         return restore_raw();
       case Event::batch_end:
       case Event::epoch_end:
@@ -120,7 +121,10 @@ class EmaAlgorithm final : public Algorithm {
 
   void state_dict(StateDict& out) const override {
     if (!ema_.initialized()) return;
-    for (auto& [name, tensor] : ema_.state_dict()) out.set_tensor(kShadowPrefix + name, tensor);
+    // The average the checkpoint event just gathered for ema.safetensors, or (a collective when sharded) anew.
+    NamedTensors shadow = checkpoint_shadow_ ? std::move(*checkpoint_shadow_) : ema_.state_dict();
+    checkpoint_shadow_.reset();
+    for (auto& [name, tensor] : shadow) out.set_tensor(kShadowPrefix + name, tensor);
     out.set_bool("started", started_);
     out.set_int("updates", updates_);
     out.set_double("smoothing", settings_.base_smoothing());
@@ -158,6 +162,14 @@ class EmaAlgorithm final : public Algorithm {
     model_ = state.model;
     if (!state.eval_weights.empty() && state.eval_weights != "ema" && state.eval_weights != "raw")
       throw Error("unknown weights '" + state.eval_weights + "' to evaluate: expected \"ema\" or \"raw\"");
+    // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
+    if (settings_.sharded.value_or(true) && state.communicator && state.world_size > 1) {
+      EmaOptions options = settings_.ema;
+      options.shard_over = state.communicator;
+      ema_ = ExponentialMovingAverage(options);
+    }
+    // Only rank 0 writes snapshots and checkpoints: the other ranks need no post-hoc profiles.
+    if (state.rank != 0) posthoc_.reset();
     // Built now so that a checkpoint loaded before fit (resume, baton eval) has somewhere to go.
     ema_.reset(*model_);
     started_ = false;
@@ -200,6 +212,10 @@ class EmaAlgorithm final : public Algorithm {
     fitting_ = true;
     ema_.to(target_device(state));
     logger.info(settings_.describe(state.progress.batches_per_epoch));
+    if (ema_.sharded())
+      logger.info("ema: sharded over " + std::to_string(state.world_size) + " ranks: each holds " +
+                  byte_size(ema_.bytes()) + " of the " + byte_size(ema_.full_bytes()) +
+                  " average and updates it without communication");
     logger.log_metric("ema/smoothing", settings_.base_smoothing());
     double half_life = settings_.half_life_batches(state.progress.batches_per_epoch);
     if (std::isfinite(half_life)) logger.log_metric("ema/half_life_batches", half_life);
@@ -281,7 +297,9 @@ class EmaAlgorithm final : public Algorithm {
   void on_checkpoint(State& state, Logger& logger) {
     if (state.checkpoint == nullptr) return;
     StateDict file;
-    for (auto& [name, tensor] : inference_weights()) file.set_tensor(name, tensor);
+    NamedTensors weights = inference_weights();  // every rank: a sharded EMA gathers
+    if (started_) checkpoint_shadow_ = weights;   // the same tensors serve state_dict right after
+    for (auto& [name, tensor] : weights) file.set_tensor(name, tensor);
     file.set_bool("ema_started", started_);
     file.set_int("ema_updates", updates_);
     file.set_double("smoothing", settings_.base_smoothing());
@@ -308,13 +326,17 @@ class EmaAlgorithm final : public Algorithm {
 
   void on_fit_end(State& state) {
     fitting_ = false;
+    checkpoint_shadow_.reset();
     restore_raw();
-    if (state.run_dir.empty() || state.rank != 0 || !ema_.initialized()) return;
+    if (state.run_dir.empty() || !ema_.initialized()) return;
+    if (state.rank != 0 && !(started_ && ema_.sharded())) return;
+    NamedTensors weights = inference_weights();  // a collective when sharded: every rank takes part
+    if (state.rank != 0) return;
     std::map<std::string, std::string> metadata{{"format", "pt"},
                                                 {"baton.ema_started", started_ ? "true" : "false"},
                                                 {"baton.ema_updates", std::to_string(updates_)}};
     fs::create_directories(state.run_dir);
-    write_safetensors_atomic((fs::path(state.run_dir) / kExportFile).string(), inference_weights(), metadata);
+    write_safetensors_atomic((fs::path(state.run_dir) / kExportFile).string(), weights, metadata);
   }
 
   // What inference should use: the average once it has started, the raw weights before.
@@ -342,6 +364,7 @@ class EmaAlgorithm final : public Algorithm {
   std::optional<Candidate> candidate_;
   std::optional<PosthocTracker> posthoc_;
   bool restart_posthoc_ = false;
+  mutable std::optional<NamedTensors> checkpoint_shadow_;
 };
 
 }  // namespace

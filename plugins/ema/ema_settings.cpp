@@ -99,6 +99,7 @@ void parse_storage(const PluginConfig& config, EmaSettings& s) {
     if (pattern.empty()) config.fail("exclude", "an empty pattern matches nothing");
   s.ema.float32 = choice(config, "dtype", {"auto", "float32"}, "auto") == "float32";
   s.ema.device = choice(config, "device", {"auto", "cpu"}, "auto") == "cpu" ? "cpu" : "";
+  if (config.has("sharded")) s.sharded = config.get<bool>("sharded");
   std::string eval = choice(config, "eval", {"ema", "raw", "both"}, "ema");
   s.eval = eval == "raw" ? EvalMode::raw : eval == "both" ? EvalMode::both : EvalMode::ema;
 }

@@ -42,6 +42,7 @@ struct EmaSettings {
   double min_smoothing = 0.0;
   EmaOptions ema;                  // buffers, exclude, float32, device ("" or "cpu"); smoothing set below
   EvalMode eval = EvalMode::ema;
+  std::optional<bool> sharded;     // unset: sharded when the run has more than one rank
   SelectSettings select;
   PosthocSettings posthoc;
 

@@ -28,6 +28,8 @@ class Module;
 
 namespace baton {
 
+class Communicator;  // baton/communicator.h
+
 enum class EmaBuffers { average, copy };
 
 struct EmaOptions {
@@ -37,6 +39,11 @@ struct EmaOptions {
   bool float32 = false;                      // keep an fp32 EMA of bf16/fp16 weights (otherwise the weights' dtype)
   std::string device;                        // "" = the model's device; "cpu" keeps the EMA in host memory
   int threads = 0;                           // CPU update threads; 0 = one per core (OMP_NUM_THREADS if set)
+  /// Shards the EMA over a data-parallel run's ranks, whose weights are identical: each rank keeps only its
+  /// contiguous 1/W slice of the flattened floating-point tensors and updates it with no communication. Calls
+  /// that need the whole EMA — swap, copy_to, state_dict — gather it (one allgather) and are collectives: every
+  /// rank must make them. Null: the whole EMA on this process.
+  std::shared_ptr<Communicator> shard_over;
 };
 
 class BATON_API ExponentialMovingAverage {
@@ -59,6 +66,8 @@ class BATON_API ExponentialMovingAverage {
 
   /// Exchanges the model's weights and buffers with the EMA in place (no second model). Calling it again puts the
   /// raw weights back bitwise identical. Between the two calls the model holds the EMA (in the model's dtype).
+  /// Sharded: swapping in gathers the whole EMA for the swap's duration (every rank must swap); what the model
+  /// does to those weights is dropped when they are swapped back.
   void swap(torch::nn::Module& model);
   /// While swapped, update, copy_to, reset, to and load_state_dict throw baton::Error (swap back first); get and
   /// state_dict still return the EMA.
@@ -76,16 +85,21 @@ class BATON_API ExponentialMovingAverage {
   /// Number of tensors (parameters and buffers) kept.
   std::size_t size() const;
   std::vector<std::string> names() const;
-  /// Bytes held by the average.
+  /// Bytes held by the average on this process (about full_bytes() / W when sharded).
   std::int64_t bytes() const;
-  /// The EMA tensor of a parameter or buffer (shared, not a copy). Throws baton::Error naming an unknown name.
+  /// Bytes of the whole average.
+  std::int64_t full_bytes() const;
+  /// Whether each rank holds only its slice (EmaOptions::shard_over).
+  bool sharded() const;
+  /// The EMA tensor of a parameter or buffer (shared, not a copy). Throws baton::Error naming an unknown name, or
+  /// a sharded tensor outside a swap (state_dict() gathers those).
   at::Tensor get(const std::string& name) const;
 
-  /// Caller-owned copies of every EMA tensor under the model's names.
+  /// Caller-owned copies of every EMA tensor under the model's names. Sharded: a collective that gathers them.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
   /// Replaces the EMA with `state`, checking names, shapes and dtypes against the EMA's layout (which needs an
   /// initialised EMA). strict: every kept tensor must be present and none extra. Throws baton::Error naming the
-  /// offending tensor.
+  /// offending tensor. Sharded: each rank takes its slice of the whole EMA, saved at any world size (no collective).
   void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
 
   const EmaOptions& options() const;

@@ -4,6 +4,7 @@
 // includes <torch/nn/module.h> / <torch/optim/optimizer.h> itself.
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ class Optimizer;
 }  // namespace torch
 
 namespace baton {
+
+class Communicator;  // baton/communicator.h
 
 /// A checkpoint being written. Valid only during batch_checkpoint / epoch_checkpoint / iteration_checkpoint when
 /// a save is due (State::checkpoint is null otherwise). Files added here are written into the checkpoint folder
@@ -68,6 +71,10 @@ struct BATON_API State {
 
   int rank = 0;
   int world_size = 1;
+  /// The run's process group when world_size > 1 (null in a single process). Every rank fires the same events in
+  /// the same order, so a plugin may run a collective in any event (the sharded EMA gathers at eval_start and when
+  /// checkpointing); a collective that only some ranks reach hangs until the timeout.
+  std::shared_ptr<Communicator> communicator;
 
   /// Asks the trainer to stop after the current batch (it still fires batch_end, checkpoints and fit_end).
   void request_stop(std::string reason);

@@ -21,7 +21,7 @@ class Optimizer;
 
 namespace baton {
 
-class Communicator;  // distributed/communicator.h: data-parallel collectives on a c10d process group
+class Communicator;  // baton/communicator.h: data-parallel collectives on a c10d process group
 
 struct TrainerOptions {
   Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp

@@ -1,6 +1,7 @@
 #pragma once
-// Data-parallel communication for the trainer: the rendezvous from torchrun's variables and the few collectives
-// training needs, on a c10d process group (Gloo). c10d stays inside communicator.cpp.
+// Data-parallel communication: the rendezvous from torchrun's variables and the few collectives training and a
+// sharded EMA need, on a c10d process group (Gloo). c10d stays inside the library: this header needs only ATen's
+// Tensor. The trainer owns one (TrainerOptions::communicator) and lends it to plugins as State::communicator.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/communicator.h"
+#include "baton/communicator.h"
 
 namespace baton::test {
 

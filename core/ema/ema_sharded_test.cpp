@@ -1,0 +1,217 @@
+// The EMA sharded over a data-parallel run's ranks (EmaOptions::shard_over), with ranks as threads of this process
+// joined over loopback Gloo: each rank keeps its slice, updates it without a collective, and the gathered EMA is
+// the one a single process computes.
+#include "baton_test.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include "baton/communicator.h"
+#include "baton/ema.h"
+#include "baton/error.h"
+#include "loopback_ranks.h"
+
+using namespace baton;
+
+namespace {
+
+// 5x4 + 4 | BatchNorm 4 + 4, buffers 4 + 4 + 1 (int) | 4x3 + 3: 55 floating elements in 8 tensors, and a counter.
+torch::nn::Sequential small_model() {
+  return torch::nn::Sequential(torch::nn::Linear(5, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 3));
+}
+
+// Every floating tensor i holds arange(numel) / 8 + 100 i + k, so a misplaced slice shows in any comparison; the
+// batch-norm counter holds k. The same on every rank, as data-parallel training keeps it.
+void set_weights(torch::nn::Sequential& model, double k) {
+  at::NoGradGuard no_grad;
+  int i = 0;
+  auto fill = [&](at::Tensor t) {
+    if (t.is_floating_point())
+      t.copy_(at::arange(t.numel(), at::kFloat).div(8).view(t.sizes()) + (100.0 * i + k));
+    else
+      t.fill_(static_cast<std::int64_t>(k));
+    ++i;
+  };
+  for (auto& p : model->parameters()) fill(p);
+  for (auto& b : model->buffers()) fill(b);
+}
+
+// After updates with k = 1, 2, 3 at s = 0.5 from k = 0: c_k = s c_{k-1} + (1 - s) k gives 0.5, 1.25, 2.125, so
+// every averaged tensor must equal its k = 2.125 weights, and the counter (copied, not averaged) 3.
+void check_closed_form(const std::vector<std::pair<std::string, at::Tensor>>& ema) {
+  torch::nn::Sequential expected = small_model();
+  set_weights(expected, 2.125);
+  std::size_t i = 0;
+  for (const auto& item : expected->named_parameters()) {
+    REQUIRE(ema.at(i).first == item.key());
+    CHECK(ema.at(i).second.allclose(item.value()));
+    ++i;
+  }
+  for (const auto& item : expected->named_buffers()) {
+    REQUIRE(ema.at(i).first == item.key());
+    if (item.value().is_floating_point())
+      CHECK(ema.at(i).second.allclose(item.value()));
+    else
+      CHECK(ema.at(i).second.item<std::int64_t>() == 3);
+    ++i;
+  }
+  CHECK(i == ema.size());
+}
+
+bool same(const std::vector<std::pair<std::string, at::Tensor>>& a,
+          const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].first != b[i].first || a[i].second.scalar_type() != b[i].second.scalar_type() ||
+        !at::equal(a[i].second, b[i].second))
+      return false;
+  return true;
+}
+
+EmaOptions options(double smoothing, std::shared_ptr<Communicator> comm = nullptr) {
+  EmaOptions o;
+  o.smoothing = smoothing;
+  o.threads = 1;  // the ranks are threads already
+  o.shard_over = std::move(comm);
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("ema_sharded") {
+  TEST_CASE("each rank keeps its 1/W slice, updates it with no collective, and gathers the closed-form EMA") {
+    for (int world : {2, 3}) {
+      CAPTURE(world);
+      baton::test::run_ranks(world, [world](std::shared_ptr<Communicator> comm) {
+        auto model = small_model();
+        set_weights(model, 0);
+        ExponentialMovingAverage ema(*model, options(0.5, comm));
+        CHECK(ema.sharded());
+        // 55 floating elements: a slice of ceil(55 / W) fp32 per rank, plus the 8-byte counter kept whole.
+        const std::int64_t chunk = (55 + world - 1) / world;
+        CHECK(ema.full_bytes() == 55 * 4 + 8);
+        CHECK(ema.bytes() == chunk * 4 + 8);
+        const std::int64_t before = comm->collectives();
+        for (int k = 1; k <= 3; ++k) {
+          set_weights(model, k);
+          ema.update(*model);
+        }
+        CHECK(comm->collectives() == before);
+        check_closed_form(ema.state_dict());
+        CHECK(comm->collectives() == before + 1);  // one allgather for the whole EMA
+      });
+    }
+  }
+
+  TEST_CASE("sharded and whole EMAs agree bit for bit: warmup smoothing, exclude, buffers = copy, fp32 of bf16") {
+    baton::test::run_ranks(2, [](std::shared_ptr<Communicator> comm) {
+      struct Variant {
+        const char* name;
+        EmaOptions options;
+        bool bf16;
+      };
+      std::vector<Variant> variants;
+      variants.push_back({"fp32", options(0.9), false});
+      variants.push_back({"exclude", options(0.9), false});
+      variants.back().options.exclude = {"2.*"};
+      variants.push_back({"buffers copied", options(0.9), false});
+      variants.back().options.buffers = EmaBuffers::copy;
+      variants.push_back({"bf16 weights, fp32 EMA", options(0.9), true});
+      variants.back().options.float32 = true;
+      variants.push_back({"bf16 weights, bf16 EMA", options(0.9), true});
+      for (const auto& variant : variants) {
+        CAPTURE(variant.name);
+        auto model = small_model();
+        if (variant.bf16) model->to(at::kBFloat16);
+        set_weights(model, 0);
+        EmaOptions sharded_options = variant.options;
+        sharded_options.shard_over = comm;
+        ExponentialMovingAverage whole(*model, variant.options), sharded(*model, sharded_options);
+        for (int k = 1; k <= 6; ++k) {
+          set_weights(model, k * 0.37);
+          const double s = k < 3 ? 0.25 * k : 0.9;  // a changing smoothing, as warmup gives
+          whole.update(*model, s);
+          sharded.update(*model, s);
+        }
+        CHECK(same(whole.state_dict(), sharded.state_dict()));
+      }
+    });
+  }
+
+  TEST_CASE("swap gathers the EMA into the model and puts the raw weights back bitwise; get names sharded tensors") {
+    baton::test::run_ranks(2, [](std::shared_ptr<Communicator> comm) {
+      auto model = small_model();
+      set_weights(model, 0);
+      ExponentialMovingAverage ema(*model, options(0.5, comm));
+      for (int k = 1; k <= 3; ++k) {
+        set_weights(model, k);
+        ema.update(*model);
+      }
+      CHECK_THROWS_WITH_AS(ema.get("0.weight"),
+                           doctest::Contains("'0.weight' is sharded across the ranks, so no rank holds all of it"),
+                           Error);
+      CHECK(ema.get("1.num_batches_tracked").item<std::int64_t>() == 3);  // integer buffers stay whole
+      const auto raw = [&] {
+        std::vector<std::pair<std::string, at::Tensor>> out;
+        for (const auto& item : model->named_parameters()) out.emplace_back(item.key(), item.value().clone());
+        for (const auto& item : model->named_buffers()) out.emplace_back(item.key(), item.value().clone());
+        return out;
+      }();
+      {
+        EmaSwapGuard guard(ema, *model);
+        std::vector<std::pair<std::string, at::Tensor>> held;
+        for (const auto& item : model->named_parameters()) held.emplace_back(item.key(), item.value());
+        for (const auto& item : model->named_buffers()) held.emplace_back(item.key(), item.value());
+        check_closed_form(held);
+        CHECK(ema.get("0.weight").numel() == 20);  // whole while swapped in
+        CHECK_THROWS_AS(ema.update(*model), Error);
+      }
+      std::vector<std::pair<std::string, at::Tensor>> back;
+      for (const auto& item : model->named_parameters()) back.emplace_back(item.key(), item.value());
+      for (const auto& item : model->named_buffers()) back.emplace_back(item.key(), item.value());
+      CHECK(same(raw, back));
+      // The slices are intact after the swap: another update still follows the closed form's recurrence.
+      set_weights(model, 4);
+      ema.update(*model);
+      auto fresh = small_model();
+      set_weights(fresh, 0.5 * 2.125 + 0.5 * 4);
+      auto ema_now = ema.state_dict();
+      std::size_t i = 0;
+      for (const auto& item : fresh->named_parameters()) CHECK(ema_now.at(i++).second.allclose(item.value()));
+    });
+  }
+
+  TEST_CASE("a whole EMA saved at any world size loads into W = 3 slices; copy_to and bad states") {
+    baton::test::run_ranks(3, [](std::shared_ptr<Communicator> comm) {
+      auto model = small_model();
+      set_weights(model, 0);
+      ExponentialMovingAverage whole(*model, options(0.5));
+      for (int k = 1; k <= 3; ++k) {
+        set_weights(model, k);
+        whole.update(*model);
+      }
+      set_weights(model, 0);
+      ExponentialMovingAverage sharded(*model, options(0.5, comm));
+      sharded.load_state_dict(whole.state_dict());
+      CHECK(same(whole.state_dict(), sharded.state_dict()));
+
+      auto target = small_model();
+      sharded.copy_to(*target);
+      std::vector<std::pair<std::string, at::Tensor>> copied;
+      for (const auto& item : target->named_parameters()) copied.emplace_back(item.key(), item.value());
+      for (const auto& item : target->named_buffers()) copied.emplace_back(item.key(), item.value());
+      check_closed_form(copied);
+
+      auto state = whole.state_dict();
+      state[0].second = at::full({4, 6}, 1.0);
+      CHECK_THROWS_WITH_AS(sharded.load_state_dict(state),
+                           "EMA state: tensor '0.weight' has shape [4, 6] but the EMA expects [4, 5]", Error);
+      CHECK(same(whole.state_dict(), sharded.state_dict()));  // a bad state changes nothing
+    });
+  }
+}
