@@ -1,5 +1,6 @@
 // Whole-program tests of data-parallel runs: `baton launch` on loopback (Gloo), equivalence of 2 ranks at batch B/2
-// with 1 rank at batch B, and a rank killed mid-run.
+// with 1 rank at batch B, the sharded EMA against a whole one, resume at the same and at another world size, and a
+// rank killed mid-run.
 #include "baton_test.h"
 
 #include <signal.h>
@@ -62,6 +63,9 @@ void write_config(const fs::path& file, const std::string& name, int batch_size,
                       << extra;
 }
 
+// The ema plugin with a short half life that starts a few batches in (8 batches an epoch at a global batch of 64).
+const std::string kEma = "[[plugins]]\nname = \"ema\"\nhalf_life = \"4ba\"\nema_start = \"3ba\"\n";
+
 int count_lines_with(const std::string& text, const std::string& needle) {
   int n = 0;
   std::istringstream in(text);
@@ -69,10 +73,12 @@ int count_lines_with(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// The largest element-wise difference between the model.safetensors of two run folders (same tensors required).
-double max_weight_difference(const fs::path& run_a, const fs::path& run_b) {
-  auto a = baton::read_safetensors((run_a / "model.safetensors").string());
-  auto b = baton::read_safetensors((run_b / "model.safetensors").string());
+// The largest element-wise difference between the `file` (model.safetensors, ema.safetensors) of two run folders
+// (same tensors required).
+double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
+                             const std::string& file = "model.safetensors") {
+  auto a = baton::read_safetensors((run_a / file).string());
+  auto b = baton::read_safetensors((run_b / file).string());
   REQUIRE(a.tensors.size() == b.tensors.size());
   REQUIRE(!a.tensors.empty());
   double max_diff = 0;
@@ -142,6 +148,97 @@ TEST_SUITE("distributed_cli") {
     double max_diff = max_weight_difference(dir / "runs" / "straight", dir / "runs" / "resumed");
     MESSAGE("max |w_straight - w_resumed| = " << max_diff);
     CHECK(max_diff < 1e-6);
+  }
+
+  TEST_CASE("the EMA sharded over 2 ranks equals an unsharded one bit for bit, and 1 rank's to reduction error") {
+    auto dir = baton::test::scratch_dir("dist-sharded-ema");
+    write_config(dir / "sharded.toml", "sharded", 32, kEma);
+    write_config(dir / "whole.toml", "whole", 32, kEma + "sharded = false\n");
+    write_config(dir / "one.toml", "one", 64, kEma);
+    Result sharded = run_baton(dir, {"launch", "--nproc", "2", "train", "sharded.toml"});
+    INFO(sharded.out);
+    REQUIRE(sharded.status == 0);
+    // 32x784 + 32 + 10x32 + 10 fp32 = 25,450 elements: 12,725 on each rank.
+    CHECK(sharded.out.find("[rank 0] ema: sharded over 2 ranks: each holds 49.7 KiB of the 99.4 KiB average") !=
+          std::string::npos);
+    Result whole = run_baton(dir, {"launch", "--nproc", "2", "train", "whole.toml"});
+    INFO(whole.out);
+    REQUIRE(whole.status == 0);
+    CHECK(whole.out.find("sharded over") == std::string::npos);
+    Result one = run_baton(dir, {"train", "one.toml"});
+    INFO(one.out);
+    REQUIRE(one.status == 0);
+
+    const fs::path runs = dir / "runs";
+    CHECK(max_weight_difference(runs / "sharded", runs / "whole", "ema.safetensors") == 0);
+    CHECK(max_weight_difference(runs / "sharded" / "checkpoints" / "ep1", runs / "whole" / "checkpoints" / "ep1",
+                                "ema.safetensors") == 0);
+    double to_one = max_weight_difference(runs / "sharded", runs / "one", "ema.safetensors");
+    MESSAGE("max |ema_2_ranks_sharded - ema_1_rank| = " << to_one);
+    CHECK(to_one < 1e-4);
+    // The EMA differs from the weights (it is an average, not a copy).
+    auto ema = baton::read_safetensors((runs / "sharded" / "ema.safetensors").string());
+    auto raw = baton::read_safetensors((runs / "sharded" / "model.safetensors").string());
+    CHECK(ema.tensors.at(0).second.sub(raw.tensors.at(0).second).abs().max().item<double>() > 1e-4);
+  }
+
+  TEST_CASE("a sharded EMA checkpoint resumes at the same world size, at 1 rank, and from 1 rank at 2; mid-epoch too") {
+    auto dir = baton::test::scratch_dir("dist-ema-resume");
+    for (const char* name : {"straight", "same", "down", "up", "middle"})
+      write_config(dir / (std::string(name) + ".toml"), name, std::string(name) == "up" ? 64 : 32, kEma);
+    const std::vector<std::string> two = {"launch", "--nproc", "2", "train"};
+    auto run = [&](std::vector<std::string> args) {
+      Result r = run_baton(dir, args);
+      INFO(r.out);
+      REQUIRE(r.status == 0);
+      return r;
+    };
+    auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    run(with(two, {"straight.toml"}));
+    // 2 ranks -> 2 ranks.
+    run(with(two, {"same.toml", "--set", "trainer.max_duration=1ep"}));
+    run(with(two, {"same.toml", "--resume", "auto"}));
+    // 2 ranks at 32 -> 1 rank at 64: the same global batch.
+    run(with(two, {"down.toml", "--set", "trainer.max_duration=1ep"}));
+    Result down = run({"train", "down.toml", "--set", "data.batch_size=64", "--resume", "auto"});
+    CHECK(down.out.find("checkpoint runs/down/checkpoints/ep1 was written by 2 rank(s) at batch size 32; continuing "
+                        "with 1 at batch size 64 (global batch 64 -> 64)") != std::string::npos);
+    // 1 rank at 64 -> 2 ranks at 32: each rank takes its slice of the whole saved EMA.
+    run({"train", "up.toml", "--set", "trainer.max_duration=1ep"});
+    Result up = run(with(two, {"up.toml", "--set", "data.batch_size=32", "--resume", "auto"}));
+    CHECK(up.out.find("[rank 0] ema: sharded over 2 ranks") != std::string::npos);
+    // 2 ranks stopped after batch 5 of epoch 0 -> 1 rank: the epoch goes on at its 6th batch.
+    run(with(two, {"middle.toml", "--set", "trainer.max_duration=5ba"}));
+    Result middle = run({"train", "middle.toml", "--set", "data.batch_size=64", "--resume", "auto"});
+    CHECK(middle.out.find("resumed from runs/middle/checkpoints/ba5 at ep 0 ba 5") != std::string::npos);
+    CHECK(middle.out.find("trained again") == std::string::npos);
+
+    const fs::path runs = dir / "runs";
+    CHECK(max_weight_difference(runs / "straight", runs / "same", "ema.safetensors") < 1e-6);
+    for (std::string name : {"down", "up", "middle"}) {
+      CAPTURE(name);
+      double ema = max_weight_difference(runs / "straight", runs / name, "ema.safetensors");
+      double weights = max_weight_difference(runs / "straight", runs / name);
+      MESSAGE(name << ": max |ema - ema_straight| = " << ema << ", max |w - w_straight| = " << weights);
+      CHECK(ema < 1e-4);
+      CHECK(weights < 1e-4);
+    }
+  }
+
+  TEST_CASE("resuming mid-epoch with another global batch says how many samples are trained again") {
+    auto dir = baton::test::scratch_dir("dist-rescale");
+    write_config(dir / "cfg.toml", "rescale", 32);
+    Result first = run_baton(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "trainer.max_duration=5ba"});
+    INFO(first.out);
+    REQUIRE(first.status == 0);
+    // 5 batches of 64 = 320 samples seen; at a global batch of 96 that is 3 batches (288), so 32 come again.
+    Result second = run_baton(dir, {"train", "cfg.toml", "--set", "data.batch_size=96", "--resume", "auto"});
+    INFO(second.out);
+    REQUIRE(second.status == 0);
+    CHECK(second.out.find("32 of the 320 samples epoch 0 had seen are trained again") != std::string::npos);
   }
 
   TEST_CASE("a rank killed mid-run: launch ends the others and fails naming the rank") {
