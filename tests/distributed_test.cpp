@@ -241,6 +241,17 @@ TEST_SUITE("distributed_cli") {
     CHECK(second.out.find("32 of the 320 samples epoch 0 had seen are trained again") != std::string::npos);
   }
 
+  TEST_CASE("backend = nccl on a CPU device is a configuration error before any rendezvous") {
+    auto dir = baton::test::scratch_dir("dist-nccl-cpu");
+    write_config(dir / "cfg.toml", "nccl", 32);
+    Result r = run_baton(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "distributed.backend=nccl"});
+    INFO(r.out);
+    CHECK(r.status != 0);
+    CHECK(r.out.find("[rank 0] error: cfg.toml: distributed.backend: \"nccl\" reduces CUDA tensors, but "
+                     "trainer.device is \"cpu\"") != std::string::npos);
+    CHECK(r.out.find("rendezvous") == std::string::npos);
+  }
+
   TEST_CASE("a rank killed mid-run: launch ends the others and fails naming the rank") {
     auto dir = baton::test::scratch_dir("dist-kill");
     write_config(dir / "cfg.toml", "long", 8, "");

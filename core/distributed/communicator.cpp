@@ -13,6 +13,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "baton/error.h"
+#ifdef BATON_HAVE_NCCL
+#include "distributed/nccl_group.h"
+#endif
 
 namespace baton {
 namespace {
@@ -84,6 +87,7 @@ struct Communicator::Impl {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
+  c10::Device device{c10::kCPU};  // where the collectives' own tensors (sums, flags) live: NCCL reduces on the GPU
   std::int64_t collectives = 0;
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -147,10 +151,13 @@ struct Communicator::Impl {
 
 std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, const CommunicatorOptions& options) {
   if (env.world_size <= 1) return nullptr;
+#ifndef BATON_HAVE_NCCL
   if (options.backend == "nccl")
     throw Error(std::string("[distributed] backend = \"nccl\": this baton is built on a LibTorch without NCCL") +
-                (at::hasCUDA() ? "" : " or CUDA") + "; use backend = \"gloo\"");
-  if (options.backend != "gloo")
+                (at::hasCUDA() ? "" : " or CUDA") +
+                "; use backend = \"gloo\", or build baton against a CUDA LibTorch (cmake -DTorch_DIR=...)");
+#endif
+  if (options.backend != "gloo" && options.backend != "nccl")
     throw Error("[distributed] backend = \"" + options.backend + "\": expected \"gloo\" or \"nccl\"");
   auto impl = std::make_unique<Impl>();
   impl->rank = env.rank;
@@ -170,6 +177,22 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
                 std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (waited up to " +
                 seconds_text(options.timeout) + "): " + message_of(e));
   }
+#ifdef BATON_HAVE_NCCL
+  if (options.backend == "nccl") {
+    if (!at::hasCUDA())
+      throw Error("[distributed] backend = \"nccl\" needs a CUDA device, and this machine has none visible");
+    try {
+      impl->group = distributed_detail::make_nccl_group(impl->store, env.rank, env.world_size, env.local_rank,
+                                                       options.timeout);
+    } catch (const std::exception& e) {
+      throw Error("distributed: creating the NCCL process group (rendezvous at " + where + ") failed on rank " +
+                  std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " on cuda:" +
+                  std::to_string(env.local_rank) + ": " + message_of(e));
+    }
+    impl->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
+  }
+#endif
   try {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(make_device(env.master_addr));
@@ -189,6 +212,7 @@ Communicator::~Communicator() = default;
 
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::world_size() const { return impl_->world_size; }
+std::string Communicator::device() const { return impl_->device.str(); }
 
 void Communicator::broadcast(const std::vector<at::Tensor>& tensors, int root) {
   impl_->bucketed(tensors, kDefaultBucketBytes, [&](at::Tensor& flat) { impl_->broadcast(flat, root); });
@@ -204,8 +228,9 @@ void Communicator::average(const std::vector<at::Tensor>& tensors, std::size_t b
 
 std::vector<double> Communicator::sum(const std::vector<double>& values) {
   if (values.empty()) return {};
-  at::Tensor flat = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor flat = at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(impl_->device);
   impl_->allreduce(flat);
+  flat = flat.cpu();
   const double* data = flat.data_ptr<double>();
   return std::vector<double>(data, data + values.size());
 }

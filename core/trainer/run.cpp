@@ -103,6 +103,11 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   DistributedEnv env = read_distributed_env();
   CommunicatorOptions comm_options;
   comm_options.backend = config.distributed.backend;
+  const bool on_cuda = config.trainer.device.rfind("cuda", 0) == 0;
+  if (env.world_size > 1 && comm_options.backend == "nccl" && !on_cuda)
+    throw ConfigError(SourceLocation{config.source, 0, 0}, "distributed.backend",
+                      "\"nccl\" reduces CUDA tensors, but trainer.device is \"" + config.trainer.device +
+                          "\": set device = \"cuda\" (each rank then uses cuda:LOCAL_RANK) or backend = \"gloo\"");
   comm_options.timeout = std::chrono::seconds(config.distributed.timeout_seconds);
   std::shared_ptr<Communicator> communicator = Communicator::connect(env, comm_options);
   // LibTorch's own default can be a single thread on small VMs; "0" means one thread per core, shared by the ranks
@@ -130,6 +135,8 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.eval_batch_size = config.data.eval_batch_size;
   t.seed = static_cast<std::uint64_t>(config.run.seed);
   t.device = config.trainer.device;
+  // One GPU per rank on each machine, as torchrun's LOCAL_RANK means.
+  if (communicator && config.trainer.device == "cuda") t.device = "cuda:" + std::to_string(env.local_rank);
   if (options.write_run_dir) {
     run->run_dir = (fs::path(config.run.dir) / config.run.name).string();
     t.run_dir = run->run_dir;

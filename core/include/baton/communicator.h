@@ -33,7 +33,9 @@ BATON_API DistributedEnv read_distributed_env(const std::function<const char*(co
 BATON_API DistributedEnv read_distributed_env();
 
 struct BATON_API CommunicatorOptions {
-  std::string backend = "gloo";  // "gloo"; "nccl" is refused by a build without NCCL
+  /// "gloo" (CPU tensors), or "nccl" (CUDA tensors; device LOCAL_RANK becomes this process's current device). A
+  /// build on a LibTorch without NCCL refuses "nccl".
+  std::string backend = "gloo";
   std::chrono::milliseconds timeout{60000};  // rendezvous and every collective
 };
 
@@ -49,6 +51,8 @@ class BATON_API Communicator {
 
   int rank() const;
   int world_size() const;
+  /// The device of the tensors the collectives take: "cpu" for Gloo, "cuda:<LOCAL_RANK>" for NCCL.
+  std::string device() const;
 
   /// Every rank's tensors take `root`'s values (in place).
   void broadcast(const std::vector<at::Tensor>& tensors, int root = 0);
