@@ -77,6 +77,7 @@ TEST_SUITE("ema_plugin") {
         {"smoothing = 0.9\nexclude = [\"\"]", "run.toml:2:11: plugins.ema.exclude", "empty pattern"},
         {"smoothing = 0.9\ndtype = \"bfloat16\"", "run.toml:2:9: plugins.ema.dtype", "\"auto\", \"float32\""},
         {"smoothing = 0.9\ndevice = \"cuda\"", "run.toml:2:10: plugins.ema.device", "\"auto\", \"cpu\""},
+        {"smoothing = 0.9\nsharded = \"yes\"", "run.toml:2:11: plugins.ema.sharded", "boolean"},
         {"smoothing = 0.9\neval = \"all\"", "run.toml:2:8: plugins.ema.eval", "\"ema\", \"raw\", \"both\""},
         {"smoothing = 0.9\nselect = { mode = \"max\" }", "plugins.ema.select.metric", "missing"},
         {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }", "plugins.ema.select.mode", "missing"},
