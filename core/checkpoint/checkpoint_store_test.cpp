@@ -24,29 +24,20 @@
 
 namespace fs = std::filesystem;
 
+using baton::test::read_bytes;
+using baton::test::write_bytes;
+
 namespace {
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void spit(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::uint32_t zlib_crc(const std::string& bytes) {
   return static_cast<std::uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 void flip_byte(const fs::path& path, std::size_t offset) {
-  std::string bytes = slurp(path);
+  std::string bytes = read_bytes(path);
   REQUIRE(offset < bytes.size());
   bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5a);
-  spit(path, bytes);
+  write_bytes(path, bytes);
 }
 
 void flip_last_byte(const fs::path& path) { flip_byte(path, fs::file_size(path) - 1); }
@@ -116,7 +107,7 @@ TEST_SUITE("checkpoint") {
     CHECK(folder_names(path) == std::vector<std::string>{"ema.safetensors", "meta.json", "state.safetensors"});
 
     // meta.json, read independently.
-    auto meta = nlohmann::json::parse(slurp(fs::path(path) / "meta.json"));
+    auto meta = nlohmann::json::parse(read_bytes(fs::path(path) / "meta.json"));
     CHECK(meta["format"] == "baton-checkpoint");
     CHECK(meta["version"] == 1);
     CHECK(meta["name"] == "ba1200");
@@ -130,7 +121,7 @@ TEST_SUITE("checkpoint") {
     CHECK(meta["sections"][2]["tensors"] == nlohmann::json::array({"shadow/fc.weight"}));
     for (const char* file : {"state.safetensors", "ema.safetensors"}) {
       CAPTURE(file);
-      const std::string bytes = slurp(fs::path(path) / file);
+      const std::string bytes = read_bytes(fs::path(path) / file);
       CHECK(meta["files"][file]["bytes"] == bytes.size());
       CHECK(meta["files"][file]["crc32"] == zlib_crc(bytes));
     }
@@ -218,17 +209,17 @@ TEST_SUITE("checkpoint") {
     const std::string path = store.save("ba5", data);
     CHECK_NOTHROW(baton::verify_checkpoint(path));
     const fs::path state = fs::path(path) / "state.safetensors";
-    const std::string good_state = slurp(state);
+    const std::string good_state = read_bytes(state);
 
     flip_byte(state, good_state.size() - 2);
     CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": state.safetensors: crc32 mismatch (file corrupted)");
     CHECK_THROWS_WITH_AS(baton::load_checkpoint(path), doctest::Contains("crc32 mismatch"), baton::CheckpointError);
 
-    spit(state, good_state.substr(0, good_state.size() - 4));
+    write_bytes(state, good_state.substr(0, good_state.size() - 4));
     CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": state.safetensors: size is " +
                                            std::to_string(good_state.size() - 4) + " bytes, meta.json says " +
                                            std::to_string(good_state.size()) + " (file truncated or overwritten)");
-    spit(state, good_state);
+    write_bytes(state, good_state);
     CHECK_NOTHROW(baton::verify_checkpoint(path));
 
     flip_byte(fs::path(path) / "ema.safetensors", 20);
@@ -242,11 +233,11 @@ TEST_SUITE("checkpoint") {
     baton::CheckpointStore store(dir.string(), 0);
     const std::string path = store.save("ba1", simple_data(1, 1.0f));
     const fs::path state = fs::path(path) / "state.safetensors";
-    const std::string bad = slurp(state) + "12345678";
-    spit(state, bad);
-    auto meta = nlohmann::json::parse(slurp(fs::path(path) / "meta.json"));
+    const std::string bad = read_bytes(state) + "12345678";
+    write_bytes(state, bad);
+    auto meta = nlohmann::json::parse(read_bytes(fs::path(path) / "meta.json"));
     meta["files"]["state.safetensors"] = {{"bytes", bad.size()}, {"crc32", zlib_crc(bad)}};
-    spit(fs::path(path) / "meta.json", meta.dump());
+    write_bytes(fs::path(path) / "meta.json", meta.dump());
     CHECK(checkpoint_error_of(path) == "checkpoint " + path +
                                            ": state.safetensors: 8 trailing bytes after the last tensor (data is 12 "
                                            "bytes, file holds 20)");
@@ -257,25 +248,25 @@ TEST_SUITE("checkpoint") {
     baton::CheckpointStore store(dir.string(), 0);
     const std::string path = store.save("ep1", simple_data(1, 1.0f));
     const fs::path meta_path = fs::path(path) / "meta.json";
-    const std::string good_meta = slurp(meta_path);
+    const std::string good_meta = read_bytes(meta_path);
 
     auto meta = nlohmann::json::parse(good_meta);
     meta["version"] = 2;
-    spit(meta_path, meta.dump());
+    write_bytes(meta_path, meta.dump());
     CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": meta.json: unsupported version: got 2, supported 1");
     meta["version"] = 1;
     meta["format"] = "other";
-    spit(meta_path, meta.dump());
+    write_bytes(meta_path, meta.dump());
     CHECK(checkpoint_error_of(path) ==
           "checkpoint " + path + ": meta.json: unsupported format: got \"other\", supported \"baton-checkpoint\"");
 
-    spit(meta_path, good_meta.substr(0, good_meta.size() / 2));
+    write_bytes(meta_path, good_meta.substr(0, good_meta.size() / 2));
     CHECK(contains(checkpoint_error_of(path), "checkpoint " + path + ": meta.json does not parse: "));
     CHECK(contains(checkpoint_error_of(path), "parse error"));
 
     auto no_files = nlohmann::json::parse(good_meta);
     no_files.erase("files");
-    spit(meta_path, no_files.dump());
+    write_bytes(meta_path, no_files.dump());
     CHECK(contains(checkpoint_error_of(path), "meta.json is malformed"));
     CHECK(contains(checkpoint_error_of(path), "files"));
 
@@ -335,7 +326,7 @@ TEST_SUITE("checkpoint") {
     // What a save killed before its rename leaves: a temporary folder with partial files, no meta.json.
     const fs::path leftover = dir / ".tmp-ba30-4242";
     fs::create_directory(leftover);
-    spit(leftover / "state.safetensors", slurp(dir / "ba20" / "state.safetensors").substr(0, 30));
+    write_bytes(leftover / "state.safetensors", read_bytes(dir / "ba20" / "state.safetensors").substr(0, 30));
     // And one killed while pruning.
     fs::create_directory(dir / ".del-ba1-4242");
 

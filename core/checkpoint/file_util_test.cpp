@@ -1,4 +1,4 @@
-#include <doctest/doctest.h>
+#include "baton_test.h"
 
 #include <zlib.h>
 
@@ -12,39 +12,24 @@
 
 namespace fs = std::filesystem;
 
-namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  auto dir = fs::path(BATON_BINARY_DIR) / "test-scratch" / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-}  // namespace
+using baton::test::read_bytes;
+using baton::test::write_bytes;
 
 TEST_SUITE("checkpoint") {
   TEST_CASE("file_util: write_file_atomic creates and replaces, leaving no temporary") {
-    auto dir = fresh_dir("file_util_atomic");
+    auto dir = baton::test::scratch_dir("file_util_atomic");
     const auto path = (dir / "a.txt").string();
     baton::write_file_atomic(path, "first");
     CHECK(baton::read_text_file(path) == "first");
     baton::write_file_atomic(path, std::string("sec\0ond", 7));
-    CHECK(slurp(path) == std::string("sec\0ond", 7));
+    CHECK(read_bytes(path) == std::string("sec\0ond", 7));
     CHECK_FALSE(fs::exists(path + ".tmp"));
     CHECK_THROWS_WITH_AS(baton::write_file_atomic((dir / "no" / "b.txt").string(), "x"),
                          doctest::Contains("no/b.txt.tmp"), baton::Error);
   }
 
   TEST_CASE("file_util: rename_durably moves files and folders into place and cleans up when it cannot") {
-    auto dir = fresh_dir("file_util_rename");
+    auto dir = baton::test::scratch_dir("file_util_rename");
     const auto target = (dir / "t.txt").string();
     baton::write_file_atomic(target, "old");
     baton::write_file_atomic((dir / "new.txt").string(), "new");
@@ -63,7 +48,7 @@ TEST_SUITE("checkpoint") {
   }
 
   TEST_CASE("file_util: crc32_of_file matches the standard check value and zlib over large files") {
-    auto dir = fresh_dir("file_util_crc");
+    auto dir = baton::test::scratch_dir("file_util_crc");
     baton::write_file_atomic((dir / "check").string(), "123456789");
     CHECK(baton::crc32_of_file((dir / "check").string()) == 0xCBF43926u);  // the CRC-32 check value
     baton::write_file_atomic((dir / "empty").string(), "");
@@ -78,7 +63,7 @@ TEST_SUITE("checkpoint") {
   }
 
   TEST_CASE("file_util: DurableFileWriter counts bytes and crc32 as it writes") {
-    auto dir = fresh_dir("file_util_writer");
+    auto dir = baton::test::scratch_dir("file_util_writer");
     const auto path = (dir / "w.bin").string();
     baton::DurableFileWriter writer(path);
     writer.write("12345", 5);
@@ -86,12 +71,12 @@ TEST_SUITE("checkpoint") {
     writer.finish();
     CHECK(writer.bytes() == 9);
     CHECK(writer.crc32() == 0xCBF43926u);
-    CHECK(slurp(path) == "123456789");
+    CHECK(read_bytes(path) == "123456789");
     CHECK_THROWS_AS(writer.write("x", 1), baton::Error);
   }
 
   TEST_CASE("file_util: errors name the path") {
-    auto dir = fresh_dir("file_util_errors");
+    auto dir = baton::test::scratch_dir("file_util_errors");
     const auto missing = (dir / "nothing-here").string();
     CHECK_THROWS_WITH_AS(baton::read_text_file(missing), doctest::Contains(missing.c_str()), baton::Error);
     CHECK_THROWS_WITH_AS(baton::fsync_path(missing), doctest::Contains(missing.c_str()), baton::Error);

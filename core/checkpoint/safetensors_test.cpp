@@ -24,19 +24,10 @@
 
 namespace fs = std::filesystem;
 
+using baton::test::read_bytes;
+using baton::test::write_bytes;
+
 namespace {
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void spit(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 std::string le64(std::uint64_t n) {
   std::string out(8, '\0');
@@ -61,7 +52,7 @@ std::string problem_of(const fs::path& path) {
 
 std::string problem_of_bytes(const fs::path& dir, const std::string& bytes) {
   auto path = dir / "bad.safetensors";
-  spit(path, bytes);
+  write_bytes(path, bytes);
   return problem_of(path);
 }
 
@@ -113,7 +104,7 @@ TEST_SUITE("checkpoint") {
     std::map<std::string, std::string> metadata = {{"format", "pt"}, {"note", "ünïcode \"quoted\""}};
     auto digest = baton::write_safetensors(path, tensors, metadata);
     CHECK(digest.bytes == fs::file_size(path));
-    const std::string bytes = slurp(path);
+    const std::string bytes = read_bytes(path);
     CHECK(digest.crc32 == ::crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 
     auto back = baton::read_safetensors(path);
@@ -134,7 +125,7 @@ TEST_SUITE("checkpoint") {
     auto dir = baton::test::scratch_dir("safetensors_layout");
     const auto path = (dir / "one.safetensors").string();
     baton::write_safetensors(path, {{"a", at::tensor({1.0f, -2.0f})}});
-    const std::string bytes = slurp(path);
+    const std::string bytes = read_bytes(path);
     const std::string json = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";  // 54 characters
     const std::string header = json + std::string(2, ' ');                                  // padded to 56
     REQUIRE(bytes.size() == 8 + 56 + 8);
@@ -148,7 +139,7 @@ TEST_SUITE("checkpoint") {
     auto dir = baton::test::scratch_dir("safetensors_empty");
     const auto path = (dir / "none.safetensors").string();
     baton::write_safetensors(path, {});
-    CHECK(slurp(path) == le64(8) + "{}      ");
+    CHECK(read_bytes(path) == le64(8) + "{}      ");
     auto back = baton::read_safetensors(path);
     CHECK(back.tensors.empty());
     CHECK(back.metadata.empty());
@@ -240,7 +231,7 @@ TEST_SUITE("checkpoint") {
     auto dir = baton::test::scratch_dir("safetensors_damaged");
     const auto good = dir / "good.safetensors";
     baton::write_safetensors(good.string(), {{"w", at::arange(8, at::kFloat)}, {"b", at::zeros({2})}});
-    const std::string bytes = slurp(good);
+    const std::string bytes = read_bytes(good);
 
     CHECK(contains(problem_of_bytes(dir, bytes.substr(0, bytes.size() - 5)), "lie outside the data"));
     CHECK(contains(problem_of_bytes(dir, bytes.substr(0, 20)), "truncated: header says"));
@@ -252,7 +243,7 @@ TEST_SUITE("checkpoint") {
     CHECK(contains(problem_of_bytes(dir, bad_length), "truncated: header says"));
     CHECK_NOTHROW(baton::validate_safetensors(good.string()));
     auto bad = dir / "bad.safetensors";
-    spit(bad, bytes + "x");
+    write_bytes(bad, bytes + "x");
     CHECK_THROWS_WITH_AS(baton::validate_safetensors(bad.string()), doctest::Contains("1 trailing bytes"),
                          baton::CheckpointError);
   }

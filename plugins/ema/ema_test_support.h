@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "loader/plugin_loader.h"
 #include "models/models.h"
+#include "small_trainer.h"
 
 namespace ema_test {
 
@@ -28,37 +29,14 @@ using baton::Event;
 using baton::Time;
 using baton::TimeUnit;
 using Weights = std::map<std::string, at::Tensor>;
+using baton::test::make_trainer;   // small_trainer.h: the convnet on 96 synthetic samples
+using baton::test::quiet_options;
 
 inline baton::LoadedPlugin load_ema(const std::string& toml) {
   return baton::PluginLoader().load(BATON_EMA_PLUGIN_FILE, baton::PluginConfig::from_toml(toml, "ema", "run.toml"));
 }
 
-inline baton::TrainerOptions quiet_options(const std::string& run_dir = "") {
-  baton::TrainerOptions o;
-  o.batch_size = 32;
-  o.eval_batch_size = 50;
-  o.max_duration = Time(2, TimeUnit::epoch);
-  o.eval_interval = Time(1, TimeUnit::epoch);
-  o.save_interval = Time(1, TimeUnit::epoch);
-  o.quiet = true;
-  o.progress = false;
-  o.run_dir = run_dir;
-  o.seed = 11;
-  return o;
-}
 
-/// A small convnet (BatchNorm buffers included) on 96 synthetic samples: 3 batches of 32 per epoch.
-inline std::unique_ptr<baton::Trainer> make_trainer(baton::TrainerOptions options) {
-  at::manual_seed(5);
-  baton::ModelSpec spec;
-  spec.name = "convnet";
-  spec.widths = {4, 8};
-  auto model = baton::make_model(spec);
-  auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(),
-                                                       torch::optim::SGDOptions(0.05).momentum(0.9));
-  return std::make_unique<baton::Trainer>(model, optimizer, baton::make_synthetic_dataset(96, 7),
-                                          baton::make_synthetic_dataset(50, 8), std::move(options));
-}
 
 inline Weights copy_state(const torch::nn::Module& model) {
   Weights out;
