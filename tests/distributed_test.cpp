@@ -180,6 +180,20 @@ TEST_SUITE("distributed_cli") {
     auto ema = baton::read_safetensors((runs / "sharded" / "ema.safetensors").string());
     auto raw = baton::read_safetensors((runs / "sharded" / "model.safetensors").string());
     CHECK(ema.tensors.at(0).second.sub(raw.tensors.at(0).second).abs().max().item<double>() > 1e-4);
+
+    // Evaluating the checkpoint on 2 ranks (each takes its slice of the saved EMA, gathered for the pass) prints,
+    // once, what one process prints.
+    Result eval_two = run_baton(dir, {"launch", "--nproc", "2", "eval", "sharded.toml", "--checkpoint",
+                                      "runs/sharded/checkpoints/ep2"});
+    INFO(eval_two.out);
+    REQUIRE(eval_two.status == 0);
+    Result eval_one = run_baton(dir, {"eval", "sharded.toml", "--checkpoint", "runs/sharded/checkpoints/ep2"});
+    INFO(eval_one.out);
+    REQUIRE(eval_one.status == 0);
+    const std::string line = eval_one.out.substr(0, eval_one.out.find('\n'));
+    CHECK(line.find("checkpoint runs/sharded/checkpoints/ep2: eval loss ") == 0);
+    CHECK(count_lines_with(eval_two.out, "[rank 0] " + line) == 1);
+    CHECK(count_lines_with(eval_two.out, "eval loss") == 1);
   }
 
   TEST_CASE("a sharded EMA checkpoint resumes at the same world size, at 1 rank, and from 1 rank at 2; mid-epoch too") {

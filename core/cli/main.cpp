@@ -124,7 +124,10 @@ int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::s
   options.eval_weights = weights;
   options.allow_insecure_plugins = args.allow_insecure;
   auto run = baton::build_run(config, options);
-  for (const auto& result : run->trainer->evaluate_standalone(checkpoint))
+  auto results = run->trainer->evaluate_standalone(checkpoint);
+  // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
+  if (run->trainer->options().rank != 0) return 0;
+  for (const auto& result : results)
     std::printf("checkpoint %s: %s loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(),
                 fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
   return 0;
