@@ -246,7 +246,10 @@ struct ExponentialMovingAverage::Impl {
   // The whole flattened EMA (a collective: every rank's slice, in rank order).
   at::Tensor gather() const {
     if (shard.total == 0) return shard.data;
-    return options.shard_over->all_gather(shard.data);
+    // On the backend's device (NCCL: the rank's GPU), wherever the EMA lives (device = "cpu" offloads it).
+    const c10::Device backend(options.shard_over->device());
+    if (shard.data.device() == backend) return options.shard_over->all_gather(shard.data);
+    return options.shard_over->all_gather(shard.data.to(backend)).to(shard.data.device());
   }
 
   static at::Tensor unflatten(const at::Tensor& flat, const Entry& e) {
