@@ -9,16 +9,6 @@ using namespace ema_test;
 
 namespace {
 
-// Loads the plugin with `toml` and returns the ConfigError's text ("" when none was thrown).
-std::string config_error(const std::string& toml) {
-  try {
-    load_ema(toml);
-  } catch (const baton::ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A logger that keeps what it is told.
 struct CapturingLogger : baton::Logger {
   std::vector<std::string> lines;

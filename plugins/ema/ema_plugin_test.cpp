@@ -16,25 +16,6 @@ namespace {
 
 using Steps = std::vector<std::pair<std::int64_t, double>>;
 
-struct Trained {
-  std::unique_ptr<baton::Trainer> trainer;
-  baton::LoadedPlugin ema;
-  std::shared_ptr<TrajectoryRecorder> trajectory;
-  baton::FitResult result;
-};
-
-// Trains the test convnet with the ema plugin configured by `toml`, recording the weights after every batch.
-Trained train_with_ema(const std::string& toml, baton::TrainerOptions options) {
-  Trained t;
-  t.trainer = make_trainer(std::move(options));
-  t.ema = load_ema(toml);
-  t.trajectory = std::make_shared<TrajectoryRecorder>();
-  t.trainer->add_plugin("ema", t.ema.plugin);
-  t.trainer->add_plugin("trajectory", t.trajectory);
-  t.result = t.trainer->fit();
-  return t;
-}
-
 baton::TrainerOptions lasting(Time duration) {
   auto options = quiet_options();
   options.max_duration = duration;

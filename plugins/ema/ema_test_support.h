@@ -114,6 +114,35 @@ inline double max_difference(const Weights& actual, const Weights& expected) {
   return worst;
 }
 
+/// The test convnet trained with the ema plugin configured by `toml`, with the weights recorded after every batch.
+struct Trained {
+  std::unique_ptr<baton::Trainer> trainer;
+  baton::LoadedPlugin ema;
+  std::shared_ptr<TrajectoryRecorder> trajectory;
+  baton::FitResult result;
+};
+
+inline Trained train_with_ema(const std::string& toml, baton::TrainerOptions options) {
+  Trained t;
+  t.trainer = make_trainer(std::move(options));
+  t.ema = load_ema(toml);
+  t.trajectory = std::make_shared<TrajectoryRecorder>();
+  t.trainer->add_plugin("ema", t.ema.plugin);
+  t.trainer->add_plugin("trajectory", t.trajectory);
+  t.result = t.trainer->fit();
+  return t;
+}
+
+/// Loads the plugin with `toml` and returns the ConfigError's text ("" when none was thrown).
+inline std::string config_error(const std::string& toml) {
+  try {
+    load_ema(toml);
+  } catch (const baton::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 inline bool warned(const baton::Trainer& trainer, const std::string& part) {

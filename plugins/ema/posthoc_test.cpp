@@ -48,36 +48,10 @@ Weights profile_of(const baton::Plugin& plugin, int index) {
   return out;
 }
 
-struct Run {
-  std::unique_ptr<baton::Trainer> trainer;
-  baton::LoadedPlugin ema;
-  std::shared_ptr<TrajectoryRecorder> trajectory;
-};
-
-Run train(const std::string& toml, baton::TrainerOptions options) {
-  Run r;
-  r.trainer = make_trainer(std::move(options));
-  r.ema = load_ema(toml);
-  r.trajectory = std::make_shared<TrajectoryRecorder>();
-  r.trainer->add_plugin("ema", r.ema.plugin);
-  r.trainer->add_plugin("trajectory", r.trajectory);
-  r.trainer->fit();
-  return r;
-}
-
 baton::TrainerOptions batches(std::int64_t count, const std::string& run_dir = "") {
   auto o = quiet_options(run_dir);
   o.max_duration = Time(count, TimeUnit::batch);
   return o;
-}
-
-std::string config_error(const std::string& toml) {
-  try {
-    load_ema(toml);
-  } catch (const baton::ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -87,7 +61,7 @@ TEST_SUITE("ema_plugin") {
     for (int interval : {1, 4}) {
       CAPTURE(interval);
       const std::string every = std::to_string(interval) + "ba";
-      auto run = train("half_life = \"" + every + "\"\nupdate_interval = \"" + every +
+      auto run = train_with_ema("half_life = \"" + every + "\"\nupdate_interval = \"" + every +
                            "\"\nposthoc = { sigma_rels = [0.05, 0.10] }",
                        batches(24));
       std::vector<std::int64_t> times;
@@ -113,7 +87,7 @@ TEST_SUITE("ema_plugin") {
     const std::string toml =
         "half_life = \"4ba\"\nupdate_interval = \"2ba\"\n"
         "posthoc = { sigma_rels = [0.05, 0.10], snapshot_every = \"1ep\", dtype = \"float32\" }";
-    auto whole = train(toml, batches(9, (dir / "whole").string()));
+    auto whole = train_with_ema(toml, batches(9, (dir / "whole").string()));
     // Epochs end at batches 3, 6, 9; the profiles were last updated at 2, 6 and 8; fit_end adds nothing new.
     for (const char* name : {"sigma0.05_0000000002", "sigma0.05_0000000006", "sigma0.1_0000000008"})
       CHECK_MESSAGE(fs::exists(dir / "whole" / "posthoc" / (std::string(name) + ".safetensors")), name);
@@ -140,7 +114,7 @@ TEST_SUITE("ema_plugin") {
     first->add_plugin("stop", std::make_shared<StopAt>());
     CHECK(first->fit().end.batch == 5);
     split_options.resume = "auto";
-    auto resumed = train(toml, split_options);
+    auto resumed = train_with_ema(toml, split_options);
     for (int i = 0; i < 2; ++i) CHECK(bitwise_equal(profile_of(*resumed.ema.plugin, i), profile_of(*whole.ema.plugin, i)));
     CHECK_FALSE(bitwise_equal(profile_of(*whole.ema.plugin, 0), profile_of(*whole.ema.plugin, 1)));
     baton::StateDict state;
@@ -154,10 +128,10 @@ TEST_SUITE("ema_plugin") {
     auto dir = baton::test::scratch_dir("posthoc-resume-other");
     const std::string plain = "half_life = \"4ba\"";
     const std::string tracked = plain + "\nposthoc = { sigma_rels = [0.05, 0.10] }";
-    auto first = train(plain, batches(3, (dir / "plain").string()));
+    auto first = train_with_ema(plain, batches(3, (dir / "plain").string()));
     auto options = batches(6, (dir / "plain").string());
     options.resume = "auto";
-    auto resumed = train(tracked, options);
+    auto resumed = train_with_ema(tracked, options);
     CHECK(warned(*resumed.trainer, "holds no post-hoc EMA profiles"));
     // Started at batch 3 from the weights then, as if they had been the weights since batch 0: the power weights
     // of update times 3, 4, 5, 6.
@@ -169,7 +143,7 @@ TEST_SUITE("ema_plugin") {
             2e-6);
     }
 
-    train(tracked, batches(3, (dir / "tracked").string()));
+    train_with_ema(tracked, batches(3, (dir / "tracked").string()));
     auto other = batches(6, (dir / "tracked").string());
     other.resume = "auto";
     auto trainer = make_trainer(other);
