@@ -16,7 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "baton_command.h"
+#include "test_files.h"
+
 namespace fs = std::filesystem;
+
+using baton::test::read_bytes;
 
 namespace {
 
@@ -26,36 +31,16 @@ struct Result {
   std::string err;
 };
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-fs::path scratch(const std::string& name) {
-  auto dir = fs::path(BATON_BINARY_DIR) / "test-scratch" / ("cli-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string quote(const std::string& arg) {
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+fs::path scratch(const std::string& name) { return baton::test::scratch_dir("cli-" + name); }
 
 // Runs `baton <args>` in `dir`, capturing stdout, stderr and the exit status.
-Result baton(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = "cd " + quote(dir.string()) + " && " + quote(BATON_EXECUTABLE);
-  for (const auto& a : args) command += " " + quote(a);
-  command += " > out.txt 2> err.txt";
+Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
+  std::string command = baton::test::baton_command(dir, args) + " > out.txt 2> err.txt";
   int raw = std::system(command.c_str());
   Result r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = read_file(dir / "out.txt");
-  r.err = read_file(dir / "err.txt");
+  r.out = read_bytes(dir / "out.txt");
+  r.err = read_bytes(dir / "err.txt");
   return r;
 }
 
@@ -103,42 +88,42 @@ TEST_SUITE("cli") {
   TEST_CASE("check accepts a good config and rejects bad ones with file:line:column, key, and status 2") {
     auto dir = scratch("check");
     write(dir / "good.toml", quick_config());
-    auto good = baton(dir, {"check", "good.toml"});
+    auto good = run_baton(dir, {"check", "good.toml"});
     CHECK(good.status == 0);
     CHECK(contains(good.out, "good.toml: ok"));
 
     write(dir / "typo.toml", quick_config() + "\n[trainer]\n");  // a duplicate table is a TOML syntax error
-    auto duplicate = baton(dir, {"check", "typo.toml"});
+    auto duplicate = run_baton(dir, {"check", "typo.toml"});
     CHECK(duplicate.status == 2);
     CHECK(contains(duplicate.err, "typo.toml:"));
 
     std::string text = quick_config();
     text.replace(text.find("batch_size = 64"), 15, "batch_sise = 64");
     write(dir / "key.toml", text);
-    auto unknown = baton(dir, {"check", "key.toml"});
+    auto unknown = run_baton(dir, {"check", "key.toml"});
     CHECK(unknown.status == 2);
     CHECK(contains(unknown.err, "key.toml:8:1: data.batch_sise"));
 
     text = quick_config();
     text.replace(text.find("max_duration = \"2ep\""), 20, "max_duration = \"2 epochs\"");
     write(dir / "time.toml", text);
-    auto bad_time = baton(dir, {"check", "time.toml"});
+    auto bad_time = run_baton(dir, {"check", "time.toml"});
     CHECK(bad_time.status == 2);
     CHECK(contains(bad_time.err, "time.toml:22:"));
     CHECK(contains(bad_time.err, "trainer.max_duration"));
     CHECK(contains(bad_time.err, "2 epochs"));
 
-    auto bad_set = baton(dir, {"check", "good.toml", "--set", "data.batch_size=\"many\""});
+    auto bad_set = run_baton(dir, {"check", "good.toml", "--set", "data.batch_size=\"many\""});
     CHECK(bad_set.status == 2);
     CHECK(contains(bad_set.err, "data.batch_size"));
 
-    auto missing = baton(dir, {"check", "nowhere.toml"});
+    auto missing = run_baton(dir, {"check", "nowhere.toml"});
     CHECK(missing.status == 2);
     CHECK(contains(missing.err, "nowhere.toml"));
 
     write(dir / "plugin.toml", quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_good") +
                                             "\"\nthreshhold = 3\n"));
-    auto plugin_key = baton(dir, {"check", "plugin.toml", "--allow-insecure-plugins"});
+    auto plugin_key = run_baton(dir, {"check", "plugin.toml", "--allow-insecure-plugins"});
     CHECK(plugin_key.status == 2);
     CHECK(contains(plugin_key.err, "plugin.toml:"));
     CHECK(contains(plugin_key.err, "threshhold"));
@@ -147,7 +132,7 @@ TEST_SUITE("cli") {
   TEST_CASE("train writes the run folder; eval reads a checkpoint; resume continues bitwise exactly") {
     auto dir = scratch("train");
     write(dir / "run.toml", quick_config());
-    auto train = baton(dir, {"train", "run.toml"});
+    auto train = run_baton(dir, {"train", "run.toml"});
     REQUIRE_MESSAGE(train.status == 0, train.err);
     CHECK(contains(train.err, "BLAS"));
     CHECK(contains(train.out, "eval/accuracy"));  // the end-of-run table
@@ -158,7 +143,7 @@ TEST_SUITE("cli") {
     CHECK(fs::exists(run / "checkpoints" / "ep1" / "meta.json"));
     CHECK(fs::exists(run / "checkpoints" / "ep2" / "state.safetensors"));
 
-    auto eval = baton(dir, {"eval", "run.toml", "--checkpoint", (run / "checkpoints" / "ep2").string()});
+    auto eval = run_baton(dir, {"eval", "run.toml", "--checkpoint", (run / "checkpoints" / "ep2").string()});
     CHECK(eval.status == 0);
     CHECK(contains(eval.out, "eval loss"));
     CHECK(contains(eval.out, "(256 samples)"));
@@ -166,16 +151,16 @@ TEST_SUITE("cli") {
     // Two epochs in two sittings: the final weights equal the uninterrupted run's, byte for byte.
     auto split = scratch("train-split");
     write(split / "run.toml", quick_config());
-    CHECK(baton(split, {"train", "run.toml", "--set", "trainer.max_duration=1ep"}).status == 0);
-    auto resumed = baton(split, {"train", "run.toml", "--resume", "auto"});
+    CHECK(run_baton(split, {"train", "run.toml", "--set", "trainer.max_duration=1ep"}).status == 0);
+    auto resumed = run_baton(split, {"train", "run.toml", "--resume", "auto"});
     CHECK(resumed.status == 0);
     CHECK(contains(resumed.err, "resumed from"));
-    CHECK(read_file(split / "runs" / "quick" / "model.safetensors") == read_file(run / "model.safetensors"));
+    CHECK(read_bytes(split / "runs" / "quick" / "model.safetensors") == read_bytes(run / "model.safetensors"));
 
     // A corrupted checkpoint is refused by name.
     auto state = run / "checkpoints" / "ep1" / "state.safetensors";
     fs::resize_file(state, fs::file_size(state) - 10);
-    auto corrupt = baton(dir, {"eval", "run.toml", "--checkpoint", (run / "checkpoints" / "ep1").string()});
+    auto corrupt = run_baton(dir, {"eval", "run.toml", "--checkpoint", (run / "checkpoints" / "ep1").string()});
     CHECK(corrupt.status == 1);
     CHECK(contains(corrupt.err, "ep1"));
     CHECK(contains(corrupt.err, "state.safetensors"));
@@ -185,23 +170,23 @@ TEST_SUITE("cli") {
     auto dir = scratch("plugins");
     write(dir / "stop.toml", quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_good") +
                                           "\"\nthreshold = 3\n"));
-    auto stop = baton(dir, {"train", "stop.toml", "--trace", "--allow-insecure-plugins"});
+    auto stop = run_baton(dir, {"train", "stop.toml", "--trace", "--allow-insecure-plugins"});
     CHECK(stop.status == 0);
     CHECK(contains(stop.err, "trace: fixture_good/batch_end"));
     CHECK(contains(stop.out, "trained to ep 0 ba 3"));
     CHECK(contains(stop.out, "stopped"));
 
     write(dir / "throw.toml", quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_event_throws") + "\"\n"));
-    auto thrown = baton(dir, {"train", "throw.toml", "--allow-insecure-plugins"});
+    auto thrown = run_baton(dir, {"train", "throw.toml", "--allow-insecure-plugins"});
     CHECK(thrown.status == 1);
     CHECK(contains(thrown.err, "plugin 'fixture_event_throws' failed on event batch_end"));
 
     write(dir / "missing.toml", quick_config("\n[[plugins]]\nname = \"no_such_plugin\"\n"));
-    auto missing = baton(dir, {"train", "missing.toml"});
+    auto missing = run_baton(dir, {"train", "missing.toml"});
     CHECK(missing.status == 1);
     CHECK(contains(missing.err, "no_such_plugin"));
 
-    auto listed = baton(dir, {"plugins", "--path", BATON_TEST_PLUGIN_DIR, "--allow-insecure-plugins"});
+    auto listed = run_baton(dir, {"plugins", "--path", BATON_TEST_PLUGIN_DIR, "--allow-insecure-plugins"});
     CHECK(listed.status == 0);
     CHECK(contains(listed.out, "fixture_good"));
     CHECK(contains(listed.out, "callback"));
@@ -225,14 +210,14 @@ TEST_SUITE("cli") {
     }
     // Wait until training runs (the first progress line), then interrupt.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!contains(read_file(dir / "err.txt"), "epoch 2") && std::chrono::steady_clock::now() < deadline)
+    while (!contains(read_bytes(dir / "err.txt"), "epoch 2") && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     kill(child, SIGINT);
     int raw = 0;
     waitpid(child, &raw, 0);
     REQUIRE(WIFEXITED(raw));
     CHECK(WEXITSTATUS(raw) == 130);
-    std::string out = read_file(dir / "out.txt");
+    std::string out = read_bytes(dir / "out.txt");
     CHECK(contains(out, "stopped: interrupted by a signal"));
     // The checkpoint is named after where the run stopped: "ba<N>" inside an epoch, "ep<N>" when the signal came
     // while an epoch was ending (its evaluation is a good part of each epoch here).
@@ -251,7 +236,7 @@ namespace {
 
 // The tensor names in a safetensors file's JSON header (8-byte little-endian length, then the JSON).
 std::vector<std::string> tensor_names(const fs::path& file) {
-  std::string text = read_file(file);
+  std::string text = read_bytes(file);
   unsigned long long length = 0;
   for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
   std::string header = text.substr(8, length);
@@ -271,39 +256,39 @@ TEST_SUITE("cli") {
     auto dir = scratch("posthoc");
     write(dir / "run.toml", quick_config("\n[[plugins]]\nname = \"ema\"\nhalf_life = \"8ba\"\n"
                                          "posthoc = { sigma_rels = [0.05, 0.10], snapshot_every = \"2ba\" }\n"));
-    auto train = baton(dir, {"train", "run.toml"});
+    auto train = run_baton(dir, {"train", "run.toml"});
     REQUIRE_MESSAGE(train.status == 0, train.err);
     CHECK(contains(train.err, "post-hoc EMA profiles sigma0.05"));
     CHECK(contains(train.err, "post-hoc snapshots at batch 16"));
     auto run = dir / "runs" / "quick";
     CHECK(fs::exists(run / "posthoc" / "sigma0.1_0000000016.safetensors"));
 
-    auto one = baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.08", "-o", "ema_0.08.safetensors"});
+    auto one = run_baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.08", "-o", "ema_0.08.safetensors"});
     REQUIRE_MESSAGE(one.status == 0, one.err);
     CHECK(contains(one.err, "from 16 snapshots"));
     auto names = tensor_names(dir / "ema_0.08.safetensors");
     CHECK(!names.empty());
     CHECK(names == tensor_names(run / "model.safetensors"));
-    CHECK(contains(read_file(dir / "ema_0.08.safetensors"), "baton.posthoc.sigma_rel"));
+    CHECK(contains(read_bytes(dir / "ema_0.08.safetensors"), "baton.posthoc.sigma_rel"));
 
-    auto sweep = baton(dir, {"posthoc", run.string(), "--sweep", "0.04:0.12:0.04", "--eval", "run.toml"});
+    auto sweep = run_baton(dir, {"posthoc", run.string(), "--sweep", "0.04:0.12:0.04", "--eval", "run.toml"});
     REQUIRE_MESSAGE(sweep.status == 0, sweep.err);
     CHECK(contains(sweep.out, "sigma_rel"));
     CHECK(contains(sweep.out, "0.08"));
     CHECK(contains(sweep.out, "best sigma_rel"));
     CHECK(fs::exists(run / "posthoc_sweep.svg"));
     // The synthesised weights go into the --eval config's model by name and shape.
-    auto other_model = baton(dir, {"posthoc", run.string(), "--sweep", "0.05:0.05:0.01", "--eval", "run.toml",
+    auto other_model = run_baton(dir, {"posthoc", run.string(), "--sweep", "0.05:0.05:0.01", "--eval", "run.toml",
                                    "--set", "model.widths=[16]"});
     CHECK(other_model.status == 1);
     CHECK(contains(other_model.err, "tensor 'layers.0.weight' has another shape than the config's model's"));
 
-    auto far = baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.01", "-o", "x.safetensors"});
+    auto far = run_baton(dir, {"posthoc", run.string(), "--sigma-rel", "0.01", "-o", "x.safetensors"});
     CHECK(far.status == 1);
     CHECK(contains(far.err, "sigma_rel 0.01 is outside what the tracked profiles (0.05, 0.1) can represent"));
     CHECK(!fs::exists(dir / "x.safetensors"));
 
-    auto missing = baton(dir, {"posthoc", "runs/nowhere", "--sigma-rel", "0.08", "-o", "x.safetensors"});
+    auto missing = run_baton(dir, {"posthoc", "runs/nowhere", "--sigma-rel", "0.08", "-o", "x.safetensors"});
     CHECK(missing.status == 1);
     CHECK(contains(missing.err, "runs/nowhere does not exist"));
 
@@ -311,11 +296,11 @@ TEST_SUITE("cli") {
     for (const auto& entry : fs::directory_iterator(run / "posthoc"))
       if (entry.path().filename().string().rfind("sigma0.05_", 0) == 0)
         fs::copy_file(entry.path(), dir / "single" / "posthoc" / entry.path().filename());
-    auto single = baton(dir, {"posthoc", "single", "--sigma-rel", "0.05", "-o", "x.safetensors"});
+    auto single = run_baton(dir, {"posthoc", "single", "--sigma-rel", "0.05", "-o", "x.safetensors"});
     CHECK(single.status == 1);
     CHECK(contains(single.err, "at least two profiles"));
 
-    auto usage = baton(dir, {"posthoc", run.string()});
+    auto usage = run_baton(dir, {"posthoc", run.string()});
     CHECK(usage.status == 2);
     CHECK(contains(usage.err, "give --sigma-rel"));
   }

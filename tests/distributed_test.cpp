@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "baton/safetensors.h"
+#include "baton_command.h"
 
 namespace fs = std::filesystem;
 
@@ -28,16 +29,8 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-std::string quote(const std::string& arg) {
-  std::string out = "'";
-  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string command_line(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = "cd " + quote(dir.string()) + " && exec " + quote(BATON_EXECUTABLE);
-  for (const auto& a : args) command += " " + quote(a);
-  return command + " 2>&1";
+  return baton::test::baton_command(dir, args) + " 2>&1";
 }
 
 Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
