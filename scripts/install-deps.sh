@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages baton needs, only those that are missing. Safe to run again.
+# Installs the Debian packages baton needs (Debian 12 and 13 name them alike), only those that are missing. Safe to
+# run again. python3-torch brings torchrun, which the distributed tests run baton under.
 set -euo pipefail
 
 packages=(
@@ -7,7 +8,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   libtomlplusplus-dev doctest-dev libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev
-  dataset-fashion-mnist python3
+  dataset-fashion-mnist python3 python3-torch
 )
 
 missing=()

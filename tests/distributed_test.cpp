@@ -1,9 +1,10 @@
 // Whole-program tests of data-parallel runs: `baton launch` on loopback (Gloo), equivalence of 2 ranks at batch B/2
-// with 1 rank at batch B, the sharded EMA against a whole one, resume at the same and at another world size, and a
-// rank killed mid-run.
+// with 1 rank at batch B, the sharded EMA against a whole one, resume at the same and at another world size, a
+// rank killed mid-run, two launchers as two nodes, and torchrun.
 #include "baton_test.h"
 
 #include <signal.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 
 #include "baton/safetensors.h"
 #include "baton_command.h"
+#include "loopback_ranks.h"
 
 namespace fs = std::filesystem;
 
@@ -81,6 +83,66 @@ double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
     max_diff = std::max(max_diff, a.tensors[i].second.sub(b.tensors[i].second).abs().max().item<double>());
   }
   return max_diff;
+}
+
+// Starts `baton <args>` in `dir` in the background with stdout and stderr in `log` and the environment `env`
+// ("NAME=value" entries) added; returns its pid (the shell execs baton, so the pid is baton's).
+pid_t start_baton(const fs::path& dir, const std::vector<std::string>& args, const fs::path& log,
+                  const std::vector<std::string>& env = {}) {
+  std::string command;
+  for (const auto& e : env) command += "export " + baton::test::shell_quote(e) + "; ";
+  command += baton::test::baton_command(dir, args) + " > " + baton::test::shell_quote(log.string()) + " 2>&1";
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` up to `seconds`; its exit status, or -1 if it did not end in time or ended by a signal.
+int wait_exit(pid_t pid, double seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int raw = 0;
+    if (::waitpid(pid, &raw, WNOHANG) == pid) return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+std::string file_text(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// True while `pid` is a live process (a zombie or a vanished pid is not).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string pid_field, name, state;
+  if (!(stat >> pid_field >> name >> state)) return false;
+  return state != "Z" && state != "X";
+}
+
+// The launch arguments of node `node` of 2, one rank each, meeting at 127.0.0.1:`port`.
+std::vector<std::string> node_launch(int node, int port, const std::vector<std::string>& command) {
+  std::vector<std::string> args{"launch", "--nproc", "1", "--nnodes", "2", "--node-rank", std::to_string(node),
+                                "--master-addr", "127.0.0.1", "--master-port", std::to_string(port)};
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+
+// The major version of the Python torch package, or 0 without one.
+int python_torch_major() {
+  FILE* pipe = ::popen("python3 -c 'import torch; print(torch.__version__.split(\".\")[0])' 2>/dev/null", "r");
+  if (pipe == nullptr) return 0;
+  char buffer[64] = {0};
+  int major = std::fgets(buffer, sizeof buffer, pipe) != nullptr ? std::atoi(buffer) : 0;
+  ::pclose(pipe);
+  return major;
 }
 
 }  // namespace
@@ -295,5 +357,118 @@ TEST_SUITE("distributed_cli") {
     CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
     MESSAGE("launch ended " << seconds << " s after the kill");
     CHECK(seconds < 60);
+  }
+
+  TEST_CASE("two launchers as two nodes (--nnodes 2, one rank each) end as one 2-rank launch does") {
+    auto dir = baton::test::scratch_dir("dist-nodes");
+    write_config(dir / "single.toml", "single", 32);
+    write_config(dir / "nodes.toml", "nodes", 32);
+    Result single = run_baton(dir, {"launch", "--nproc", "2", "train", "single.toml"});
+    INFO(single.out);
+    REQUIRE(single.status == 0);
+    const int port = baton::test::free_port();
+    pid_t node0 = start_baton(dir, node_launch(0, port, {"train", "nodes.toml"}), dir / "node0.log");
+    pid_t node1 = start_baton(dir, node_launch(1, port, {"train", "nodes.toml"}), dir / "node1.log");
+    int status0 = wait_exit(node0, 300);
+    int status1 = wait_exit(node1, 60);
+    std::string log0 = file_text(dir / "node0.log"), log1 = file_text(dir / "node1.log");
+    INFO("node 0:\n" << log0 << "\nnode 1:\n" << log1);
+    REQUIRE(status0 == 0);
+    REQUIRE(status1 == 0);
+    CHECK(log0.find("[rank 0] trained to ep 2 ba 16") != std::string::npos);
+    CHECK(log1.find("[rank 1] rank 1 of 2 done at ep 2 ba 16") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "runs" / "nodes" / "node1"));
+    double max_diff = max_weight_difference(dir / "runs" / "single", dir / "runs" / "nodes");
+    MESSAGE("max |w_single_launch - w_two_launchers| = " << max_diff);
+    CHECK(max_diff == 0);
+  }
+
+  TEST_CASE("killing one node's launcher ends the other node's launch with a clear error") {
+    auto dir = baton::test::scratch_dir("dist-node-killed");
+    write_config(dir / "cfg.toml", "long", 8);
+    const std::vector<std::string> train{"train", "cfg.toml", "--set", "trainer.max_duration=100000ep", "--set",
+                                         "trainer.log_interval=1ba"};
+    const int port = baton::test::free_port();
+    pid_t node0 = start_baton(dir, node_launch(0, port, train), dir / "node0.log");
+    pid_t node1 = start_baton(dir, node_launch(1, port, train), dir / "node1.log");
+    // Training is under way once rank 0 has logged a loss.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (file_text(dir / "node0.log").find("loss") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::string log1 = file_text(dir / "node1.log");
+    const std::string pid_line = "baton launch: rank 1 is pid ";
+    REQUIRE(log1.find(pid_line) != std::string::npos);
+    pid_t rank1 = std::atoi(log1.c_str() + log1.find(pid_line) + pid_line.size());
+    REQUIRE(rank1 > 0);
+    ::kill(node1, SIGKILL);
+    auto killed = std::chrono::steady_clock::now();
+    int status0 = wait_exit(node0, 90);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    wait_exit(node1, 5);
+    if (status0 == -1) ::kill(node0, SIGKILL);
+    std::string log0 = file_text(dir / "node0.log");
+    INFO(log0);
+    MESSAGE("node 0's launch ended " << seconds << " s after node 1's launcher was killed");
+    CHECK(status0 == 1);
+    CHECK(seconds < 60);
+    // The rank says what happened to its peer, and the launcher names the rank that failed.
+    CHECK(log0.find("[rank 0] error: distributed") != std::string::npos);
+    CHECK(log0.find("a peer rank exited") != std::string::npos);
+    CHECK(log0.find("baton launch: failed: rank 0 exited with status 1") != std::string::npos);
+    // The killed launcher's rank went with it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK_FALSE(alive(rank1));
+  }
+
+  TEST_CASE("usage errors of launch's node options exit 2 naming the option") {
+    auto dir = baton::test::scratch_dir("dist-node-usage");
+    write_config(dir / "cfg.toml", "usage", 32);
+    Result no_port = run_baton(dir, {"launch", "--nproc", "1", "--nnodes", "2", "--node-rank", "1", "train",
+                                     "cfg.toml"});
+    CHECK(no_port.status == 2);
+    CHECK(no_port.out.find("--nnodes 2 needs --master-addr and --master-port") != std::string::npos);
+    Result bad_rank = run_baton(dir, {"launch", "--nproc", "1", "--nnodes", "2", "--node-rank", "2", "--master-addr",
+                                      "127.0.0.1", "--master-port", "29999", "train", "cfg.toml"});
+    CHECK(bad_rank.status == 2);
+    CHECK(bad_rank.out.find("--node-rank 2 is not in [0, 1]") != std::string::npos);
+  }
+
+  TEST_CASE("under torchrun (or its variables set by hand) a run ends as under baton launch") {
+    auto dir = baton::test::scratch_dir("dist-torchrun");
+    write_config(dir / "launch.toml", "launch", 32);
+    write_config(dir / "torchrun.toml", "torchrun", 32);
+    Result launched = run_baton(dir, {"launch", "--nproc", "2", "train", "launch.toml"});
+    INFO(launched.out);
+    REQUIRE(launched.status == 0);
+    const int port = baton::test::free_port();
+    if (python_torch_major() >= 2 && std::system("command -v torchrun > /dev/null 2>&1") == 0) {
+      // torchrun's agent hosts the rendezvous store itself (TORCHELASTIC_USE_AGENT_STORE): rank 0 must join it.
+      std::string command = "cd " + baton::test::shell_quote(dir.string()) +
+                            " && torchrun --nproc_per_node 2 --master_port " + std::to_string(port) +
+                            " --no_python " + baton::test::shell_quote(BATON_EXECUTABLE) +
+                            " train torchrun.toml > torchrun.log 2>&1";
+      int raw = std::system(command.c_str());
+      INFO(file_text(dir / "torchrun.log"));
+      REQUIRE(WIFEXITED(raw));
+      REQUIRE(WEXITSTATUS(raw) == 0);
+    } else {
+      // Debian 12's torchrun (1.13) fails under its Python before starting a worker: the same variables by hand.
+      MESSAGE("no torchrun >= 2 here: the ranks get torchrun's variables by hand");
+      std::vector<pid_t> ranks;
+      for (int r = 0; r < 2; ++r)
+        ranks.push_back(start_baton(dir, {"train", "torchrun.toml"}, dir / ("rank" + std::to_string(r) + ".log"),
+                                    {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                                     "GROUP_RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2",
+                                     "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)}));
+      for (int r = 0; r < 2; ++r) {
+        int status = wait_exit(ranks[r], 300);
+        INFO(file_text(dir / ("rank" + std::to_string(r) + ".log")));
+        REQUIRE(status == 0);
+      }
+    }
+    double max_diff = max_weight_difference(dir / "runs" / "launch", dir / "runs" / "torchrun");
+    MESSAGE("max |w_launch - w_torchrun| = " << max_diff);
+    CHECK(max_diff == 0);
   }
 }

@@ -6,19 +6,18 @@
 #include <typeinfo>
 
 #include <ATen/ops/scalar_tensor.h>
-#include <c10/util/C++17.h>
 #include <c10/util/Type.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include "baton/error.h"
+#include "checkpoint/optimizer_compat.h"
 
 namespace baton {
 namespace {
 
-// LibTorch keys optimizer.state() by the address of the parameter's TensorImpl, printed.
-std::string state_key(const at::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+using optimizer_compat::state_key;
 
 std::string shape_text(at::IntArrayRef shape) {
   std::string out = "[";
@@ -218,7 +217,7 @@ void import_with(torch::optim::Optimizer& optimizer, const ParameterNames& names
   check_layout(optimizer, state, Traits::kType);
   // Built completely before the optimizer is touched, so a bad checkpoint leaves the optimizer as it was.
   std::vector<typename Traits::Options> options;
-  std::vector<std::pair<std::string, std::unique_ptr<typename Traits::ParamState>>> param_states;
+  std::vector<std::pair<optimizer_compat::StateKey, std::unique_ptr<typename Traits::ParamState>>> param_states;
   std::set<std::string> used;
   auto& groups = optimizer.param_groups();
   for (std::size_t g = 0; g < groups.size(); ++g) {

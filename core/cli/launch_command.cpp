@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,21 +103,25 @@ std::string describe_exit(int status) {
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
-std::vector<std::string> rank_environment(int rank, int nproc, int port) {
+std::vector<std::string> rank_environment(const LaunchOptions& options, int local_rank, int port) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;
     std::string name = entry.substr(0, entry.find('='));
+    // What a launcher sets is this launcher's to set; torchrun's agent-store flag would make rank 0 a client of a
+    // store nobody hosts.
     if (name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" || name == "LOCAL_WORLD_SIZE" ||
-        name == "MASTER_ADDR" || name == "MASTER_PORT")
+        name == "GROUP_RANK" || name == "MASTER_ADDR" || name == "MASTER_PORT" ||
+        name.rfind("TORCHELASTIC_", 0) == 0)
       continue;
     env.push_back(entry);
   }
-  env.push_back("RANK=" + std::to_string(rank));
-  env.push_back("WORLD_SIZE=" + std::to_string(nproc));
-  env.push_back("LOCAL_RANK=" + std::to_string(rank));
-  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
-  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("RANK=" + std::to_string(options.node_rank * options.nproc + local_rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(options.nnodes * options.nproc));
+  env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(options.nproc));
+  env.push_back("GROUP_RANK=" + std::to_string(options.node_rank));
+  env.push_back("MASTER_ADDR=" + (options.master_addr.empty() ? std::string("127.0.0.1") : options.master_addr));
   env.push_back("MASTER_PORT=" + std::to_string(port));
   return env;
 }
@@ -137,10 +142,16 @@ pid_t spawn(const std::string& exe, std::vector<std::string> argv, std::vector<s
     throw std::runtime_error(std::string("baton launch: pipe: ") + std::strerror(errno));
   std::vector<char*> c_argv = c_strings(argv);
   std::vector<char*> c_env = c_strings(env);
+  const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("baton launch: fork: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    // A rank outlives no launcher: if this one is killed outright, its ranks go too, and the other machines' ranks
+    // fail on the lost peer instead of training beside an orphan nobody reads. (Checked again after the call, in
+    // case the launcher died before it.)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(1);
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(err_pipe[1], STDERR_FILENO);
     ::signal(SIGINT, SIG_DFL);
@@ -163,7 +174,7 @@ class Launcher {
 
   int run() {
     const std::string exe = self_executable();
-    const int port = free_port();
+    const int port = options_.master_port != 0 ? options_.master_port : free_port();
     std::vector<std::string> argv{exe};
     argv.insert(argv.end(), options_.args.begin(), options_.args.end());
     ranks_.resize(options_.nproc);
@@ -173,11 +184,11 @@ class Launcher {
     for (int r = 0; r < options_.nproc; ++r) {
       Stream& out = streams_[2 * r];
       Stream& err = streams_[2 * r + 1];
-      out.prefix = err.prefix = "[rank " + std::to_string(r) + "] ";
+      out.prefix = err.prefix = "[rank " + std::to_string(global_rank(r)) + "] ";
       err.target = STDERR_FILENO;
-      ranks_[r].pid = spawn(exe, argv, rank_environment(r, options_.nproc, port), out, err);
+      ranks_[r].pid = spawn(exe, argv, rank_environment(options_, r, port), out, err);
       ranks_[r].running = true;
-      write_all(STDERR_FILENO, "baton launch: rank " + std::to_string(r) + " is pid " +
+      write_all(STDERR_FILENO, "baton launch: rank " + std::to_string(global_rank(r)) + " is pid " +
                                    std::to_string(ranks_[r].pid) + "\n");
     }
     while (any_running() || any_open()) {
@@ -190,6 +201,8 @@ class Launcher {
   }
 
  private:
+  int global_rank(std::size_t local) const { return options_.node_rank * options_.nproc + static_cast<int>(local); }
+
   bool any_running() const {
     for (const auto& r : ranks_)
       if (r.running) return true;
@@ -248,7 +261,7 @@ class Launcher {
       rank.running = false;
       rank.status = status;
       if (failed(status) && failure_.empty()) {
-        failure_ = "rank " + std::to_string(r) + " " + describe_exit(status);
+        failure_ = "rank " + std::to_string(global_rank(r)) + " " + describe_exit(status);
         if (any_running()) {
           write_all(STDERR_FILENO, "baton launch: " + failure_ + "; ending the other ranks\n");
           signal_all(SIGTERM);
@@ -284,9 +297,24 @@ class Launcher {
 
 }  // namespace
 
+std::string launch_usage_error(const LaunchOptions& options) {
+  if (options.nproc < 1) return "baton launch: --nproc must be >= 1";
+  if (options.nnodes < 1) return "baton launch: --nnodes must be >= 1";
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes)
+    return "baton launch: --node-rank " + std::to_string(options.node_rank) + " is not in [0, " +
+           std::to_string(options.nnodes - 1) + "] (--nnodes " + std::to_string(options.nnodes) + ")";
+  // Every machine must name the same rendezvous: a free port picked here would be known to this machine alone.
+  if (options.nnodes > 1 && (options.master_addr.empty() || options.master_port == 0))
+    return "baton launch: --nnodes " + std::to_string(options.nnodes) +
+           " needs --master-addr and --master-port: node 0's address and a free port on it, the same on every node";
+  if (options.master_port < 0 || options.master_port > 65535)
+    return "baton launch: --master-port " + std::to_string(options.master_port) + " is not in [1, 65535]";
+  if (options.args.empty()) return "baton launch: no baton command to run (e.g. train cfg.toml)";
+  return "";
+}
+
 int launch(const LaunchOptions& options) {
-  if (options.nproc < 1) throw std::runtime_error("baton launch: --nproc must be >= 1");
-  if (options.args.empty()) throw std::runtime_error("baton launch: no baton command to run (e.g. train cfg.toml)");
+  if (std::string problem = launch_usage_error(options); !problem.empty()) throw std::runtime_error(problem);
   return Launcher(options).run();
 }
 

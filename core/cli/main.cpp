@@ -184,8 +184,17 @@ int main(int argc, char** argv) {
   // --- launch: distributed runs on this machine (cli/launch_command.h) ---
   baton::cli::LaunchOptions launch_options;
   auto* launch = app.add_subcommand("launch", "run N ranks of a data-parallel run: launch --nproc N train cfg.toml");
-  launch->add_option("--nproc", launch_options.nproc, "number of ranks (processes)")->required()
+  launch->add_option("--nproc", launch_options.nproc, "number of ranks (processes) on this machine")->required()
       ->check(CLI::Range(1, 4096));
+  launch->add_option("--nnodes", launch_options.nnodes, "number of machines, each running its own launch (default 1)")
+      ->check(CLI::Range(1, 65536));
+  launch->add_option("--node-rank", launch_options.node_rank, "this machine's place in [0, nnodes) (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  launch->add_option("--master-addr", launch_options.master_addr,
+                     "node 0's address, where rank 0 hosts the rendezvous (default 127.0.0.1)");
+  launch->add_option("--master-port", launch_options.master_port,
+                     "the rendezvous port on node 0 (default: a free port; required with --nnodes > 1)")
+      ->check(CLI::Range(1, 65535));
   launch->prefix_command();  // everything after the options is the command each rank runs
   // --- end launch ---
 
@@ -209,6 +218,10 @@ int main(int argc, char** argv) {
     if (*posthoc) return baton::cli::run_posthoc(*posthoc, posthoc_args);  // posthoc
     if (*launch) {  // --- launch ---
       launch_options.args = launch->remaining();
+      if (std::string problem = baton::cli::launch_usage_error(launch_options); !problem.empty()) {
+        std::fprintf(stderr, "error: %s\n", problem.c_str());
+        return kExitUsage;
+      }
       return baton::cli::launch(launch_options);
     }  // --- end launch ---
   } catch (const baton::ConfigError& e) {

@@ -9,10 +9,12 @@
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "baton/error.h"
+#include "distributed/c10d_compat.h"
 #ifdef BATON_HAVE_NCCL
 #include "distributed/nccl_group.h"
 #endif
@@ -76,6 +78,11 @@ DistributedEnv read_distributed_env(const std::function<const char*(const char*)
     throw Error("distributed run: the environment variable MASTER_ADDR is not set (the address of rank 0's machine)");
   env.master_addr = addr;
   env.master_port = parse_int(lookup, "MASTER_PORT", true, 0, 1, 65535);
+  // torchrun (LibTorch 1.9 and later) hosts the store in its agent and says so; Python's rendezvous reads the same
+  // variable, with the same spelling of true.
+  const char* agent = lookup("TORCHELASTIC_USE_AGENT_STORE");
+  env.agent_store = agent != nullptr && std::string(agent) == "True";
+  if (env.agent_store) env.restart_count = parse_int(lookup, "TORCHELASTIC_RESTART_COUNT", false, 0, 0, 1 << 20);
   return env;
 }
 
@@ -90,7 +97,7 @@ struct Communicator::Impl {
   c10::Device device{c10::kCPU};  // where the collectives' own tensors (sums, flags) live: NCCL reduces on the GPU
   std::int64_t collectives = 0;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d_compat::Group> group;  // the one backend this process uses
 
   // Waits for a collective; a peer that died or hung becomes an error that says so, within the timeout.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
@@ -167,11 +174,15 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
   try {
     c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<std::uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
+    store_options.isServer = env.rank == 0 && !env.agent_store;  // under torchrun the agent is the server
     store_options.numWorkers = static_cast<std::size_t>(env.world_size);
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    // The agent's store outlives restarts: each attempt's keys live under their own prefix, as Python's ranks do.
+    if (env.agent_store)
+      impl->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
+                                                           impl->store);
   } catch (const std::exception& e) {
     throw Error("distributed rendezvous at MASTER_ADDR:MASTER_PORT = " + where + " failed on rank " +
                 std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (waited up to " +

@@ -4,6 +4,7 @@
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "baton/error.h"
 #include "baton/communicator.h"
@@ -70,6 +71,40 @@ TEST_SUITE("distributed") {
     CHECK(with("RANK", "x") == "distributed run: RANK=\"x\" is not an integer in [0, 1]");
     CHECK(with("MASTER_PORT", "70000") == "distributed run: MASTER_PORT=\"70000\" is not an integer in [1, 65535]");
     CHECK(with("WORLD_SIZE", "0").find("WORLD_SIZE=\"0\"") != std::string::npos);
+  }
+
+  TEST_CASE("torchrun's agent store: every rank is its client, under the attempt's prefix") {
+    std::map<std::string, std::string> vars{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", "29500"}};
+    CHECK_FALSE(env_of(vars).agent_store);
+    vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    CHECK_FALSE(env_of(vars).agent_store);
+    vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    vars["TORCHELASTIC_RESTART_COUNT"] = "3";
+    DistributedEnv env = env_of(vars);
+    CHECK(env.agent_store);
+    CHECK(env.restart_count == 3);
+    vars["TORCHELASTIC_RESTART_COUNT"] = "-1";
+    CHECK(env_error(vars).find("TORCHELASTIC_RESTART_COUNT=\"-1\"") != std::string::npos);
+
+    // The agent's store holds the port: a rank 0 that tried to serve it too would fail to bind.
+    c10d::TCPStoreOptions agent_options;
+    agent_options.port = static_cast<std::uint16_t>(free_port());
+    agent_options.isServer = true;
+    agent_options.waitWorkers = false;
+    agent_options.timeout = std::chrono::milliseconds(20000);
+    auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", agent_options);
+    run_ranks(
+        2,
+        [](std::shared_ptr<Communicator> comm) {
+          std::vector<double> sums = comm->sum({1.0 + comm->rank()});
+          CHECK(sums == std::vector<double>{3.0});
+        },
+        [&](DistributedEnv& rank_env) {
+          rank_env.master_port = agent_options.port;
+          rank_env.agent_store = true;
+          rank_env.restart_count = 3;
+        });
   }
 
   TEST_CASE("nccl is refused clearly by a LibTorch without NCCL") {

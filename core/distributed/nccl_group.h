@@ -4,14 +4,15 @@
 // header.
 #include <chrono>
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "distributed/c10d_compat.h"
 
 namespace baton::distributed_detail {
 
 /// Makes device `local_rank` this process's current CUDA device and joins the NCCL group through `store`.
-c10::intrusive_ptr<c10d::ProcessGroup> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                       int world_size, int local_rank,
-                                                       std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d_compat::Group> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                        int world_size, int local_rank,
+                                                        std::chrono::milliseconds timeout);
 
 }  // namespace baton::distributed_detail

@@ -25,9 +25,10 @@ inline int free_port() {
   return ntohs(addr.sin_port);
 }
 
-// Runs `body(shared_ptr<Communicator>)` on `world` ranks, one thread each, joined over loopback.
-template <class Body>
-inline void run_ranks(int world, Body body) {
+// Runs `body(shared_ptr<Communicator>)` on `world` ranks, one thread each, joined over loopback; `adjust` may change
+// each rank's DistributedEnv before it connects.
+template <class Body, class Adjust>
+inline void run_ranks(int world, Body body, Adjust adjust) {
   const int port = free_port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(world);
@@ -39,6 +40,7 @@ inline void run_ranks(int world, Body body) {
         env.world_size = world;
         env.master_addr = "127.0.0.1";
         env.master_port = port;
+        adjust(env);
         CommunicatorOptions options;
         options.timeout = std::chrono::milliseconds(20000);
         auto comm = Communicator::connect(env, options);
@@ -52,6 +54,11 @@ inline void run_ranks(int world, Body body) {
     const std::string failure = "rank " + std::to_string(rank) + ": " + errors[rank];
     CHECK_MESSAGE(errors[rank].empty(), failure);
   }
+}
+
+template <class Body>
+inline void run_ranks(int world, Body body) {
+  run_ranks(world, body, [](DistributedEnv&) {});
 }
 
 }  // namespace baton::test

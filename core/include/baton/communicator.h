@@ -24,10 +24,16 @@ struct BATON_API DistributedEnv {
   int local_world_size = 1;  // ranks on this machine (LOCAL_WORLD_SIZE; default WORLD_SIZE)
   std::string master_addr;
   int master_port = 0;
+  /// torchrun's agent already hosts the TCPStore at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+  /// every rank, rank 0 included, joins it as a client, under the key prefix of its restart attempt
+  /// (TORCHELASTIC_RESTART_COUNT).
+  bool agent_store = false;
+  int restart_count = 0;
 };
 
-/// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT through `lookup` (null when unset). Throws Error
-/// naming the variable that is missing or not a valid number.
+/// Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE and
+/// TORCHELASTIC_RESTART_COUNT through `lookup` (null when unset). Throws Error naming the variable that is missing or
+/// not a valid number.
 BATON_API DistributedEnv read_distributed_env(const std::function<const char*(const char*)>& lookup);
 /// The same from the process environment.
 BATON_API DistributedEnv read_distributed_env();
