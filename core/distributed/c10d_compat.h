@@ -6,6 +6,14 @@
 // In 1.13 they derive from ProcessGroup itself (Backend.hpp exists there but nothing uses it). baton drives one
 // backend directly, so it holds the concrete group through whichever base class it has; both expose the same
 // collectives (allreduce, broadcast, allgather, barrier) with the same options structs.
+//
+// LibTorch 2.4 also made the TCPStore serve through libuv by default, and a LibTorch built without libuv (Debian's
+// 2.6) then refuses to create one at all ("use_libuv was requested but PyTorch was build without libuv support").
+// baton asks for the plain-socket store, which every version has; it serves a rendezvous of a few hundred ranks
+// as well.
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -21,5 +29,22 @@ using Group = c10d::Backend;
 #else
 using Group = c10d::ProcessGroup;
 #endif
+
+namespace detail {
+// Chosen when TCPStoreOptions has useLibUV (2.2 and later), whatever its default; the other overload before that.
+template <class Options>
+auto prefer_plain_sockets(Options& options, int) -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <class Options>
+void prefer_plain_sockets(Options&, long) {}
+}  // namespace detail
+
+/// TCPStore options that every LibTorch build accepts.
+inline c10d::TCPStoreOptions tcp_store_options() {
+  c10d::TCPStoreOptions options;
+  detail::prefer_plain_sockets(options, 0);
+  return options;
+}
 
 }  // namespace baton::c10d_compat

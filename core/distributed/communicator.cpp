@@ -172,7 +172,7 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
   impl->timeout = options.timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
-    c10d::TCPStoreOptions store_options;
+    c10d::TCPStoreOptions store_options = c10d_compat::tcp_store_options();
     store_options.port = static_cast<std::uint16_t>(env.master_port);
     store_options.isServer = env.rank == 0 && !env.agent_store;  // under torchrun the agent is the server
     store_options.numWorkers = static_cast<std::size_t>(env.world_size);

@@ -4,10 +4,10 @@
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "baton/error.h"
 #include "baton/communicator.h"
+#include "distributed/c10d_compat.h"
 #include "loopback_ranks.h"
 
 using namespace baton;
@@ -88,7 +88,7 @@ TEST_SUITE("distributed") {
     CHECK(env_error(vars).find("TORCHELASTIC_RESTART_COUNT=\"-1\"") != std::string::npos);
 
     // The agent's store holds the port: a rank 0 that tried to serve it too would fail to bind.
-    c10d::TCPStoreOptions agent_options;
+    c10d::TCPStoreOptions agent_options = c10d_compat::tcp_store_options();
     agent_options.port = static_cast<std::uint16_t>(free_port());
     agent_options.isServer = true;
     agent_options.waitWorkers = false;

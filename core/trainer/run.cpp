@@ -1,5 +1,7 @@
 #include "trainer/run.h"
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,6 +25,15 @@ namespace fs = std::filesystem;
 
 namespace baton {
 namespace {
+
+// OpenBLAS keeps a thread pool of its own, sized from OMP_NUM_THREADS or the core count, which at::set_num_threads
+// does not reach: a rank told to use one thread would still run its matrix products on every core, against the
+// other ranks, and the same run would round differently under a launcher that sets OMP_NUM_THREADS (torchrun) and
+// one that does not. Looked up at run time, so a LibTorch on another BLAS needs nothing.
+void set_blas_threads(int threads) {
+  using Setter = void (*)(int);
+  if (auto set = reinterpret_cast<Setter>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+}
 
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSection& o,
                                                         const std::vector<at::Tensor>& parameters) {
@@ -114,7 +125,9 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   // on this machine.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   int per_rank = std::max(1, static_cast<int>(cores) / std::max(1, env.local_world_size));
-  at::set_num_threads(config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : per_rank);
+  const int threads = config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : per_rank;
+  at::set_num_threads(threads);
+  set_blas_threads(threads);
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
 
