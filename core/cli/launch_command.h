@@ -13,9 +13,10 @@ struct LaunchOptions {
   double grace_seconds = 10;      // after SIGTERM, how long a rank may take to exit before SIGKILL
 };
 
-/// Runs the ranks and returns the exit status: 0 when every rank succeeded, 130 when interrupted, 1 when a rank
-/// failed (the others are ended: SIGTERM, then SIGKILL after the grace period; the failing rank is named on
-/// stderr). Each line a rank prints is prefixed "[rank k] ". SIGINT and SIGTERM are forwarded to the ranks.
+/// Runs the ranks and returns the exit status: 0 when every rank succeeded, 130 when interrupted (a rank exiting
+/// 130 is one that stopped cleanly after a signal: the others are waited for), 1 when a rank failed (the others
+/// are ended: SIGTERM, then SIGKILL after the grace period; the failing rank is named on stderr). Each line a rank
+/// prints is prefixed "[rank k] ". SIGINT and SIGTERM are forwarded to the ranks.
 int launch(const LaunchOptions& options);
 
 }  // namespace baton::cli
