@@ -82,6 +82,21 @@ save_interval = "1ep"
 )" + extra;
 }
 
+// A safetensors file's JSON header (after its 8-byte little-endian length), keys in file order.
+nlohmann::ordered_json safetensors_header(const fs::path& file) {
+  const std::string text = read_bytes(file);
+  unsigned long long length = 0;
+  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
+  return nlohmann::ordered_json::parse(text.substr(8, length));
+}
+
+// quick_config() with the first `from` replaced by `to`.
+std::string quick_config_with(const std::string& from, const std::string& to) {
+  std::string text = quick_config();
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
 void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string fixture(const std::string& name) { return std::string(BATON_TEST_PLUGIN_DIR) + "/" + name + ".so"; }
@@ -101,16 +116,12 @@ TEST_SUITE("cli") {
     CHECK(duplicate.status == 2);
     CHECK(contains(duplicate.err, "typo.toml:"));
 
-    std::string text = quick_config();
-    text.replace(text.find("batch_size = 64"), 15, "batch_sise = 64");
-    write(dir / "key.toml", text);
+    write(dir / "key.toml", quick_config_with("batch_size = 64", "batch_sise = 64"));
     auto unknown = run_baton(dir, {"check", "key.toml"});
     CHECK(unknown.status == 2);
     CHECK(contains(unknown.err, "key.toml:8:1: data.batch_sise"));
 
-    text = quick_config();
-    text.replace(text.find("max_duration = \"2ep\""), 20, "max_duration = \"2 epochs\"");
-    write(dir / "time.toml", text);
+    write(dir / "time.toml", quick_config_with("max_duration = \"2ep\"", "max_duration = \"2 epochs\""));
     auto bad_time = run_baton(dir, {"check", "time.toml"});
     CHECK(bad_time.status == 2);
     CHECK(contains(bad_time.err, "time.toml:22:"));
@@ -173,9 +184,7 @@ TEST_SUITE("cli") {
 
   TEST_CASE("check refuses what train would fail on: sizes beyond the data or the machine, a missing dataset, no GPU") {
     auto dir = scratch("check-resources");
-    std::string text = quick_config();
-    text.replace(text.find("batch_size = 64"), 15, "batch_size = 9223372036854775000");
-    write(dir / "huge.toml", text);
+    write(dir / "huge.toml", quick_config_with("batch_size = 64", "batch_size = 9223372036854775000"));
     for (const char* command : {"check", "train"}) {
       auto huge = run_baton(dir, {command, "huge.toml"});
       CHECK(huge.status == 2);
@@ -190,9 +199,8 @@ TEST_SUITE("cli") {
     CHECK(contains(threads.err, "error: --set trainer.threads=100000: trainer.threads: expected an integer in [0, "));
     CHECK(contains(threads.err, "got 100000"));
 
-    text = quick_config();
-    text.replace(text.find("dataset = \"synthetic\""), 21, "dataset = \"mnist\"\npath = \"no/such/folder\"");
-    write(dir / "mnist.toml", text);
+    write(dir / "mnist.toml",
+          quick_config_with("dataset = \"synthetic\"", "dataset = \"mnist\"\npath = \"no/such/folder\""));
     auto path = run_baton(dir, {"check", "mnist.toml"});
     CHECK(path.status == 2);
     CHECK(contains(path.err, "error: mnist.toml:8:8: data.path: no such folder: 'no/such/folder'"));
@@ -446,18 +454,12 @@ TEST_SUITE("cli") {
 // --- posthoc (baton posthoc; docs/posthoc.md) ---
 namespace {
 
-// The tensor names in a safetensors file's JSON header (8-byte little-endian length, then the JSON).
+// The tensor names in a safetensors file's header, in file order.
 std::vector<std::string> tensor_names(const fs::path& file) {
-  std::string text = read_bytes(file);
-  unsigned long long length = 0;
-  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
-  std::string header = text.substr(8, length);
+  const auto header = safetensors_header(file);
   std::vector<std::string> names;
-  for (std::size_t at = header.find("\":{"); at != std::string::npos; at = header.find("\":{", at + 1)) {
-    std::size_t begin = header.rfind('"', at - 1);
-    std::string name = header.substr(begin + 1, at - begin - 1);
+  for (const auto& [name, entry] : header.items())
     if (name != "__metadata__") names.push_back(name);
-  }
   return names;
 }
 
@@ -521,12 +523,9 @@ TEST_SUITE("cli") {
 
 namespace {
 
-// A safetensors file's __metadata__ (8-byte little-endian header length, then the JSON header).
+// A safetensors file's __metadata__.
 std::map<std::string, std::string> safetensors_metadata(const fs::path& file) {
-  const std::string text = read_bytes(file);
-  unsigned long long length = 0;
-  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
-  const auto header = nlohmann::json::parse(text.substr(8, length));
+  const auto header = safetensors_header(file);
   std::map<std::string, std::string> out;
   if (header.contains("__metadata__"))
     for (const auto& [key, value] : header["__metadata__"].items()) out[key] = value.get<std::string>();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -77,14 +78,14 @@ std::int64_t training_samples(const RunConfig& config) {
     // 1x28x28 float32 inputs: a size that cannot fit in memory fails here rather than in an allocation.
     constexpr std::int64_t kSampleBytes = 28 * 28 * 4;
     const std::int64_t memory = physical_memory_bytes();
-    for (const char* key : {"synthetic_train_size", "synthetic_eval_size"}) {
-      const std::int64_t size = std::string(key) == "synthetic_train_size" ? d.synthetic_train_size : d.synthetic_eval_size;
+    for (const auto& [key, size] : {std::pair<std::string, std::int64_t>{"data.synthetic_train_size",
+                                                                          d.synthetic_train_size},
+                                    {"data.synthetic_eval_size", d.synthetic_eval_size}})
       if (memory > 0 && size > memory / kSampleBytes)
-        throw ConfigError(config.where(std::string("data.") + key), std::string("data.") + key,
+        throw ConfigError(config.where(key), key,
                           "expected at most " + std::to_string(memory / kSampleBytes) + " (the samples that fit in "
                           "this machine's " + std::to_string(memory >> 20) + " MiB of memory), got " +
                           std::to_string(size));
-    }
     return d.synthetic_train_size;
   }
   std::error_code ec;
@@ -117,7 +118,8 @@ void check_against_data_and_machine(const RunConfig& config) {
   if (device.rfind("cuda", 0) == 0) {
     const std::int64_t gpus = at::hasCUDA() ? static_cast<std::int64_t>(at::getNumGPUs()) : 0;
     // "cuda" is cuda:LOCAL_RANK in a distributed run (0 alone).
-    const std::int64_t index = device == "cuda" ? read_distributed_env().local_rank : std::stoll(device.substr(5));
+    const std::string digits = device == "cuda" ? std::to_string(read_distributed_env().local_rank) : device.substr(5);
+    const std::int64_t index = digits.size() > 9 ? std::numeric_limits<std::int64_t>::max() : std::stoll(digits);
     if (gpus == 0)
       throw ConfigError(config.where("trainer.device"), "trainer.device",
                         "\"" + device + "\" needs CUDA, but this baton's LibTorch " + TORCH_VERSION +

@@ -411,15 +411,17 @@ struct Trainer::Impl {
     std::string path = options.resume;
     if (path == "auto") {
       if (!store) throw Error("--resume auto needs a run folder");
+      // The folders skipped on the way are reported also when a newer-format checkpoint stops the search.
       std::vector<std::string> warnings;
       std::optional<CheckpointInfo> newest;
+      std::exception_ptr refused;
       try {
         newest = store->newest_valid(warnings);
       } catch (const CheckpointError&) {
-        for (const auto& w : warnings) logger->warn(w);
-        throw;
+        refused = std::current_exception();
       }
       for (const auto& w : warnings) logger->warn(w);
+      if (refused) std::rethrow_exception(refused);
       if (!newest) {
         logger->info("no checkpoint to resume from in " + store->dir() + ": starting fresh");
         return;
