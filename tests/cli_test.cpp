@@ -6,15 +6,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "baton_command.h"
 #include "test_files.h"
@@ -78,6 +82,21 @@ save_interval = "1ep"
 )" + extra;
 }
 
+// A safetensors file's JSON header (after its 8-byte little-endian length), keys in file order.
+nlohmann::ordered_json safetensors_header(const fs::path& file) {
+  const std::string text = read_bytes(file);
+  unsigned long long length = 0;
+  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
+  return nlohmann::ordered_json::parse(text.substr(8, length));
+}
+
+// quick_config() with the first `from` replaced by `to`.
+std::string quick_config_with(const std::string& from, const std::string& to) {
+  std::string text = quick_config();
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
 void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string fixture(const std::string& name) { return std::string(BATON_TEST_PLUGIN_DIR) + "/" + name + ".so"; }
@@ -97,16 +116,12 @@ TEST_SUITE("cli") {
     CHECK(duplicate.status == 2);
     CHECK(contains(duplicate.err, "typo.toml:"));
 
-    std::string text = quick_config();
-    text.replace(text.find("batch_size = 64"), 15, "batch_sise = 64");
-    write(dir / "key.toml", text);
+    write(dir / "key.toml", quick_config_with("batch_size = 64", "batch_sise = 64"));
     auto unknown = run_baton(dir, {"check", "key.toml"});
     CHECK(unknown.status == 2);
     CHECK(contains(unknown.err, "key.toml:8:1: data.batch_sise"));
 
-    text = quick_config();
-    text.replace(text.find("max_duration = \"2ep\""), 20, "max_duration = \"2 epochs\"");
-    write(dir / "time.toml", text);
+    write(dir / "time.toml", quick_config_with("max_duration = \"2ep\"", "max_duration = \"2 epochs\""));
     auto bad_time = run_baton(dir, {"check", "time.toml"});
     CHECK(bad_time.status == 2);
     CHECK(contains(bad_time.err, "time.toml:22:"));
@@ -127,6 +142,85 @@ TEST_SUITE("cli") {
     CHECK(plugin_key.status == 2);
     CHECK(contains(plugin_key.err, "plugin.toml:"));
     CHECK(contains(plugin_key.err, "threshhold"));
+  }
+
+  TEST_CASE("a plugin that cannot be loaded is reported at its [[plugins]] entry with file:line, by check and train") {
+    auto dir = scratch("plugin-entry");
+    // The 1-based line of the entry's last line, where name or path is.
+    const std::string base = quick_config("\n[[plugins]]\n");
+    const std::string line = std::to_string(std::count(base.begin(), base.end(), '\n') + 1);
+    auto both = [&](const std::string& file, const std::string& entry, const std::string& expected) {
+      write(dir / file, base + entry + "\n");
+      auto check = run_baton(dir, {"check", file});
+      CHECK(check.status == 2);
+      CHECK_MESSAGE(contains(check.err, "error: " + file + ":" + line + ":8: " + expected), check.err);
+      auto train = run_baton(dir, {"train", file});
+      CHECK(train.status == 1);
+      CHECK_MESSAGE(contains(train.err, "error: " + file + ":" + line + ":8: " + expected), train.err);
+    };
+    both("name.toml", "name = \"emaa\"", "plugins.0.name: plugin 'emaa' not found: no emaa.so in the plugin search path");
+    both("zero.toml", "path = \"/dev/zero\"", "plugins.0.path: cannot load /dev/zero: not a regular file");
+
+    // A short file that is not a library gives the message every other non-library gives.
+    write(dir / "short.so", "hi\n");
+    const std::string short_file = fs::canonical(dir / "short.so").string();
+    both("short.toml", "path = \"short.so\"",
+         "plugins.0.path: cannot load " + short_file + ": " + short_file + ": invalid ELF header (not a shared library)");
+
+    // Through a symlink into a folder anyone may write to: both the config's path and the target are named.
+    fs::create_directory(dir / "open");
+    fs::permissions(dir / "open", fs::perms(0777));
+    fs::copy_file(fixture("fixture_good"), dir / "open" / "fixture_good.so");
+    fs::create_symlink(dir / "open" / "fixture_good.so", dir / "link.so");
+    const std::string target = fs::canonical(dir / "open" / "fixture_good.so").string();
+    write(dir / "link.toml", base + "path = \"link.so\"\n");
+    auto link = run_baton(dir, {"check", "link.toml"});
+    CHECK(link.status == 2);
+    CHECK(contains(link.err, "error: link.toml:" + line + ":8: plugins.0.path: refusing to load link.so (a link to " +
+                                 target + "): its folder " + fs::path(target).parent_path().string() +
+                                 " is writable by others (mode 0777)"));
+    fs::permissions(dir / "open", fs::perms(0755));
+  }
+
+  TEST_CASE("check refuses what train would fail on: sizes beyond the data or the machine, a missing dataset, no GPU") {
+    auto dir = scratch("check-resources");
+    write(dir / "huge.toml", quick_config_with("batch_size = 64", "batch_size = 9223372036854775000"));
+    for (const char* command : {"check", "train"}) {
+      auto huge = run_baton(dir, {command, "huge.toml"});
+      CHECK(huge.status == 2);
+      CHECK(contains(huge.err, "error: huge.toml:8:14: data.batch_size: expected at most the 512 training samples of "
+                               "synthetic, got 9223372036854775000"));
+    }
+    CHECK_FALSE(fs::exists(dir / "runs"));  // train stopped before writing anything
+
+    write(dir / "run.toml", quick_config());
+    auto threads = run_baton(dir, {"check", "run.toml", "--set", "trainer.threads=100000"});
+    CHECK(threads.status == 2);
+    CHECK(contains(threads.err, "error: --set trainer.threads=100000: trainer.threads: expected an integer in [0, "));
+    CHECK(contains(threads.err, "got 100000"));
+
+    write(dir / "mnist.toml",
+          quick_config_with("dataset = \"synthetic\"", "dataset = \"mnist\"\npath = \"no/such/folder\""));
+    auto path = run_baton(dir, {"check", "mnist.toml"});
+    CHECK(path.status == 2);
+    CHECK(contains(path.err, "error: mnist.toml:8:8: data.path: no such folder: 'no/such/folder'"));
+
+    // No machine has a hundredth CUDA device, and Debian's LibTorch has none at all.
+    auto device = run_baton(dir, {"check", "run.toml", "--set", "trainer.device=cuda:99"});
+    CHECK(device.status == 2);
+    CHECK(contains(device.err, "error: --set trainer.device=cuda:99: trainer.device: \"cuda:99\" needs CUDA"));
+  }
+
+  TEST_CASE("every error, a command-line mistake included, starts with \"error: \" and exits 2") {
+    auto dir = scratch("error-prefix");
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"train"},
+                                                  {"eval", "x.toml", "--checkpoint", "c", "--weights", "best"},
+                                                  {"launch", "--nproc", "0", "train", "x.toml"},
+                                                  {"train", "missing.toml"}}) {
+      auto r = run_baton(dir, args);
+      CHECK(r.status == 2);
+      CHECK_MESSAGE(r.err.rfind("error: ", 0) == 0, r.err);
+    }
   }
 
   TEST_CASE("train writes the run folder; eval reads a checkpoint; resume continues bitwise exactly") {
@@ -166,6 +260,58 @@ TEST_SUITE("cli") {
     CHECK(contains(corrupt.err, "state.safetensors"));
   }
 
+  TEST_CASE("resume: the whole run's table and chart, a new max_duration's lr, another optimizer, bad folders") {
+    auto dir = scratch("resume");
+    write(dir / "run.toml", quick_config("\n[scheduler]\nname = \"cosine\"\n"));
+    REQUIRE(run_baton(dir, {"train", "run.toml", "--set", "trainer.max_duration=1ep"}).status == 0);
+    auto longer = run_baton(dir, {"train", "run.toml", "--resume", "auto"});
+    REQUIRE_MESSAGE(longer.status == 0, longer.err);
+    // The cosine schedule over 8 batches ends at lr 0 after batch 8; over 16 it is at half of 0.05 there.
+    CHECK(contains(longer.err, "warning: checkpoint runs/quick/checkpoints/ep1 was written by a run of max_duration "
+                               "1ep; this run has max_duration 2ep; the learning-rate schedule follows the new "
+                               "length: the lr at ep 1 ba 8 is 0.025 instead of 0"));
+    // Both evaluations, the first one from the first process, in the table and the chart.
+    CHECK(contains(longer.out, "\n     1        8 "));
+    CHECK(contains(longer.out, "\n     2       16 "));
+    const std::string chart = read_bytes(dir / "runs" / "quick" / "eval_accuracy.svg");
+    std::size_t points = 0;
+    for (auto at = chart.find("<circle"); at != std::string::npos; at = chart.find("<circle", at + 1)) ++points;
+    CHECK(points == 2);
+
+    auto adam = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep1", "--set",
+                                "optimizer.name=adam"});
+    CHECK(adam.status == 1);
+    CHECK(contains(adam.err, "error: checkpoint runs/quick/checkpoints/ep1: optimizer state was saved from a"));
+
+    // Folders that are not usable checkpoints are each named, with the reason, and the newest valid one is used.
+    const auto checkpoints = dir / "runs" / "quick" / "checkpoints";
+    const std::string good_meta = read_bytes(checkpoints / "ep2" / "meta.json");
+    baton::test::write_bytes(checkpoints / "ep2" / "meta.json", "{ garbage");
+    fs::create_directory(checkpoints / "ba99");
+    auto skipped = run_baton(dir, {"train", "run.toml", "--resume", "auto"});
+    CHECK(skipped.status == 0);
+    CHECK(contains(skipped.err, "warning: skipping corrupt checkpoint: checkpoint runs/quick/checkpoints/ep2: "
+                                "meta.json does not parse"));
+    CHECK(contains(skipped.err, "warning: skipping corrupt checkpoint: checkpoint runs/quick/checkpoints/ba99: the "
+                                "folder is empty"));
+    CHECK(contains(skipped.err, "resumed from runs/quick/checkpoints/ep1"));
+
+    // A checkpoint of a newer format stops --resume auto and survives an explicitly chosen older one.
+    std::string newer_meta = read_bytes(checkpoints / "ep2" / "meta.json");
+    newer_meta.replace(newer_meta.find("\"version\": 1"), 12, "\"version\": 2");
+    baton::test::write_bytes(checkpoints / "ep2" / "meta.json", newer_meta);
+    auto newer = run_baton(dir, {"train", "run.toml", "--resume", "auto"});
+    CHECK(newer.status == 1);
+    CHECK(contains(newer.err, "error: checkpoint runs/quick/checkpoints/ep2: meta.json: unsupported version: got 2, "
+                              "supported 1: it was written by a newer baton"));
+    auto chosen = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep1"});
+    CHECK(chosen.status == 1);
+    CHECK(contains(chosen.err, "cannot save checkpoint runs/quick/checkpoints/ep2: the folder holds a checkpoint "
+                               "written by a newer baton"));
+    CHECK(read_bytes(checkpoints / "ep2" / "meta.json") == newer_meta);
+    CHECK(good_meta != newer_meta);
+  }
+
   TEST_CASE("plugins from TOML: tracing, stop requests, and a plugin that throws") {
     auto dir = scratch("plugins");
     write(dir / "stop.toml", quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_good") +
@@ -190,6 +336,80 @@ TEST_SUITE("cli") {
     CHECK(listed.status == 0);
     CHECK(contains(listed.out, "fixture_good"));
     CHECK(contains(listed.out, "callback"));
+  }
+
+  TEST_CASE("a plugin that throws something other than a std::exception is reported naming the plugin and call") {
+    auto dir = scratch("throws-int");
+    auto config = [&](const std::string& in) {
+      return quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_throws_int") + "\"\nin = \"" + in + "\"\n");
+    };
+    write(dir / "match.toml", config("match"));
+    auto match = run_baton(dir, {"train", "match.toml", "--allow-insecure-plugins"});
+    CHECK(match.status == 1);
+    CHECK(contains(match.err, "error: plugin 'fixture_throws_int' failed in match() on event batch_end: it threw "
+                              "something that is not a std::exception"));
+
+    write(dir / "save.toml", config("state_dict"));
+    auto save = run_baton(dir, {"train", "save.toml", "--allow-insecure-plugins"});
+    CHECK(save.status == 1);
+    CHECK(contains(save.err, "error: plugin 'fixture_throws_int' failed to save its state (state_dict): it threw"));
+
+    write(dir / "load.toml", config("load_state_dict"));
+    REQUIRE(run_baton(dir, {"train", "load.toml", "--allow-insecure-plugins", "--set", "trainer.max_duration=1ep"})
+                .status == 0);
+    auto load = run_baton(dir, {"train", "load.toml", "--allow-insecure-plugins", "--resume", "auto"});
+    CHECK(load.status == 1);
+    CHECK(contains(load.err, "error: plugin 'fixture_throws_int' failed to load its state (load_state_dict) from "
+                             "runs/quick/checkpoints/ep1: it threw"));
+  }
+
+  TEST_CASE("the README's --trace example prints plugin calls") {
+    auto dir = scratch("readme-trace");
+    auto trace = run_baton(dir, {"train", std::string(BATON_SOURCE_DIR) + "/configs/synthetic_quick.toml", "--trace"});
+    CHECK(trace.status == 0);
+    CHECK(contains(trace.err, "trace: ema/batch_end"));
+  }
+
+  TEST_CASE("metrics.jsonl that cannot be written: the error carries the system's reason") {
+    auto dir = scratch("metrics-errors");
+    write(dir / "run.toml", quick_config());
+    const auto run = dir / "runs" / "quick";
+    fs::create_directories(run / "metrics.jsonl");  // a folder where the file should be
+    auto folder = run_baton(dir, {"train", "run.toml"});
+    CHECK(folder.status == 1);
+    CHECK(contains(folder.err, "error: metrics file 'runs/quick/metrics.jsonl': cannot open it for writing: Is a "
+                               "directory"));
+    fs::remove(run / "metrics.jsonl");
+    if (!fs::exists("/dev/full")) {
+      MESSAGE("no /dev/full here: the full-disk case is skipped");
+      return;
+    }
+    fs::create_symlink("/dev/full", run / "metrics.jsonl");  // every write: ENOSPC
+    auto full = run_baton(dir, {"train", "run.toml"});
+    CHECK(full.status == 1);
+    CHECK(contains(full.err, "error: metrics file 'runs/quick/metrics.jsonl': write failed: No space left on device"));
+  }
+
+  TEST_CASE("the progress line shows no loss before the first one is computed") {
+    auto dir = scratch("progress-loss");
+    write(dir / "run.toml", quick_config());
+    // An evaluation every 3 batches ends the progress line at batch 3, before the first train/loss (at batch 8).
+    auto r = run_baton(dir, {"train", "run.toml", "--set", "trainer.eval_interval=3ba"});
+    REQUIRE(r.status == 0);
+    std::istringstream lines(r.err);
+    int first_epoch = 0, second_epoch = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("epoch 1/2 ", 0) == 0) {
+        ++first_epoch;
+        CHECK_MESSAGE(!contains(line, "loss="), line);
+      }
+      if (line.rfind("epoch 2/2 ", 0) == 0) {
+        ++second_epoch;
+        CHECK_MESSAGE(contains(line, "loss="), line);  // epoch 1 ended with one
+      }
+    }
+    CHECK(first_epoch > 0);
+    CHECK(second_epoch > 0);
   }
 
   TEST_CASE("Ctrl-C stops after the current batch with a checkpoint, fit_end, and status 130") {
@@ -234,18 +454,12 @@ TEST_SUITE("cli") {
 // --- posthoc (baton posthoc; docs/posthoc.md) ---
 namespace {
 
-// The tensor names in a safetensors file's JSON header (8-byte little-endian length, then the JSON).
+// The tensor names in a safetensors file's header, in file order.
 std::vector<std::string> tensor_names(const fs::path& file) {
-  std::string text = read_bytes(file);
-  unsigned long long length = 0;
-  for (int i = 7; i >= 0 && text.size() >= 8; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
-  std::string header = text.substr(8, length);
+  const auto header = safetensors_header(file);
   std::vector<std::string> names;
-  for (std::size_t at = header.find("\":{"); at != std::string::npos; at = header.find("\":{", at + 1)) {
-    std::size_t begin = header.rfind('"', at - 1);
-    std::string name = header.substr(begin + 1, at - begin - 1);
+  for (const auto& [name, entry] : header.items())
     if (name != "__metadata__") names.push_back(name);
-  }
   return names;
 }
 
@@ -306,3 +520,63 @@ TEST_SUITE("cli") {
   }
 }
 // --- end posthoc ---
+
+namespace {
+
+// A safetensors file's __metadata__.
+std::map<std::string, std::string> safetensors_metadata(const fs::path& file) {
+  const auto header = safetensors_header(file);
+  std::map<std::string, std::string> out;
+  if (header.contains("__metadata__"))
+    for (const auto& [key, value] : header["__metadata__"].items()) out[key] = value.get<std::string>();
+  return out;
+}
+
+std::size_t count_lines_with(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) n += contains(line, part);
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("ema from the command line: one set of metadata keys, --weights, and an ema_start that never comes") {
+    auto dir = scratch("ema");
+    write(dir / "ema.toml", quick_config("\n[[plugins]]\nname = \"ema\"\nhalf_life = \"4ba\"\neval = \"both\"\n"));
+    auto train = run_baton(dir, {"train", "ema.toml"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    CHECK_FALSE(contains(train.err, "ema_start"));
+    const auto run = dir / "runs" / "quick";
+    // The run's ema.safetensors and the last checkpoint's copy describe the same average (both at batch 16) in
+    // the keys docs/ema.md lists: 16 updates, the first being the copy at batch 1.
+    const auto final_metadata = safetensors_metadata(run / "ema.safetensors");
+    CHECK(final_metadata == safetensors_metadata(run / "checkpoints" / "ep2" / "ema.safetensors"));
+    CHECK(final_metadata.size() == 3);
+    CHECK(final_metadata.count("smoothing") == 1);
+    CHECK((final_metadata.count("ema_started") == 1 && final_metadata.at("ema_started") == "true"));
+    CHECK((final_metadata.count("ema_updates") == 1 && final_metadata.at("ema_updates") == "16"));
+
+    // One set of weights asked for: one pass, though eval = "both".
+    const std::string checkpoint = "runs/quick/checkpoints/ep2";
+    auto raw = run_baton(dir, {"eval", "ema.toml", "--checkpoint", checkpoint, "--weights", "raw"});
+    CHECK(raw.status == 0);
+    CHECK(count_lines_with(raw.out, "checkpoint " + checkpoint + ": ") == 1);
+    auto both = run_baton(dir, {"eval", "ema.toml", "--checkpoint", checkpoint});
+    CHECK(count_lines_with(both.out, "checkpoint " + checkpoint + ": ") == 2);
+
+    // No plugin keeps another set of weights: asking for one is an error, not the raw weights under its name.
+    write(dir / "plain.toml", quick_config());
+    auto none = run_baton(dir, {"eval", "plain.toml", "--checkpoint", checkpoint, "--weights", "ema"});
+    CHECK(none.status == 1);
+    CHECK(contains(none.err, "no plugin of this run keeps more than one set of weights"));
+    CHECK_FALSE(contains(none.out, "accuracy"));
+
+    // Averaging that would start at the run's end: a warning at fit start.
+    auto late = run_baton(dir, {"train", "ema.toml", "--set", "plugins.ema.ema_start=2ep", "--set", "run.name=late"});
+    CHECK(late.status == 0);
+    CHECK(contains(late.err, "warning: ema: ema_start 2ep (batch 16) is at or beyond max_duration 2ep (batch 16): "
+                             "the average never starts"));
+  }
+}

@@ -145,6 +145,44 @@ int python_torch_major() {
   return major;
 }
 
+struct Interrupted {
+  int status = -1;  // the launcher's exit status
+  std::string out;
+  bool sent = false;
+};
+
+// Runs `baton launch <args>` and, once rank 0 prints a progress line with a loss (training is under way), sends
+// SIGINT to the launcher (a Ctrl-C at the terminal) or, with `rank` >= 0, to that rank alone.
+Interrupted launch_and_interrupt(const fs::path& dir, const std::vector<std::string>& args, int rank = -1) {
+  Interrupted result;
+  FILE* pipe = ::popen(command_line(dir, args).c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::vector<pid_t> ranks;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+    const std::string line = buffer;
+    result.out += line;
+    const std::string announced = "baton launch: rank " + std::to_string(ranks.size()) + " is pid ";
+    if (line.rfind(announced, 0) == 0) ranks.push_back(std::atoi(line.c_str() + announced.size()));
+    if (!result.sent && line.rfind("[rank 0] ", 0) == 0 && line.find("loss=") != std::string::npos &&
+        !ranks.empty()) {
+      // The launcher is the ranks' parent (the shell popen started exec'd it).
+      pid_t target = rank >= 0 ? ranks.at(rank) : -1;
+      if (rank < 0) {
+        std::ifstream stat("/proc/" + std::to_string(ranks.front()) + "/stat");
+        std::string pid, name, state;
+        stat >> pid >> name >> state >> target;
+      }
+      REQUIRE(target > 0);
+      ::kill(target, SIGINT);
+      result.sent = true;
+    }
+  }
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
 }  // namespace
 
 TEST_SUITE("distributed_cli") {
@@ -479,5 +517,40 @@ TEST_SUITE("distributed_cli") {
     double max_diff = max_weight_difference(dir / "runs" / "launch", dir / "runs" / "torchrun");
     MESSAGE("max |w_launch - w_torchrun| = " << max_diff);
     CHECK(max_diff == 0);
+  }
+
+  TEST_CASE("Ctrl-C to launch: rank 0 finishes its exports while the other rank has already exited 130") {
+    auto dir = baton::test::scratch_dir("dist-interrupt");
+    // Wide layers make rank 0's final checkpoint and export take a while after rank 1, which writes nothing, is
+    // done: long enough for the launcher to end rank 0 if it took rank 1's 130 for a failure.
+    write_config(dir / "cfg.toml", "wide", 8, "[checkpoint]\nsave_interval = \"1000ep\"\n");
+    Interrupted r = launch_and_interrupt(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set",
+                                               "trainer.max_duration=1000ep", "--set", "trainer.log_interval=1ba",
+                                               "--set", "model.widths=[4096,4096]"});
+    INFO(r.out);
+    REQUIRE(r.sent);
+    CHECK(r.status == 130);
+    CHECK(r.out.find("[rank 0] trained to ep") != std::string::npos);
+    CHECK(r.out.find("stopped: interrupted by a signal") != std::string::npos);
+    CHECK(r.out.find("ending the other ranks") == std::string::npos);
+    CHECK(fs::exists(dir / "runs" / "wide" / "model.safetensors"));
+    CHECK_FALSE(fs::exists(dir / "runs" / "wide" / "model.safetensors.tmp"));
+    CHECK(fs::exists(dir / "runs" / "wide" / "eval_accuracy.svg"));
+  }
+
+  TEST_CASE("a signal to one rank alone: every rank stops after the same batch and reports the interrupt") {
+    auto dir = baton::test::scratch_dir("dist-interrupt-one");
+    write_config(dir / "cfg.toml", "one", 8, "");
+    Interrupted r = launch_and_interrupt(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set",
+                                               "trainer.max_duration=1000ep", "--set", "trainer.log_interval=1ba"},
+                                         /*rank=*/1);
+    INFO(r.out);
+    REQUIRE(r.sent);
+    CHECK(r.status == 130);
+    // Rank 0 had no signal of its own: it learns of rank 1's when the ranks agree to stop.
+    CHECK(r.out.find("[rank 0] trained to ep") != std::string::npos);
+    CHECK(r.out.find("stopped: interrupted by a signal") != std::string::npos);
+    CHECK(r.out.find("another rank stopped") == std::string::npos);
+    CHECK(fs::exists(dir / "runs" / "one" / "model.safetensors"));
   }
 }

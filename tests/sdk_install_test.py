@@ -208,6 +208,59 @@ def check_config_errors(prefix, run_root, plugin_dir):
           f"every = \"often\": the error does not say what was expected: {err!r}")
 
 
+def check_plugin_dir_variable(args, prefix, scratch):
+    """find_package(baton) sets baton_PLUGIN_DIR to the installed plugin folder, whatever the packages it finds on
+    the way (LibTorch's) set PACKAGE_PREFIX_DIR to."""
+    project = scratch / "plugin-dir-probe"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\nproject(probe LANGUAGES CXX)\nfind_package(baton REQUIRED)\n"
+        'file(WRITE "${CMAKE_BINARY_DIR}/plugin_dir.txt" "${baton_PLUGIN_DIR}")\n')
+    run(["cmake", "-S", project, "-B", project / "build", f"-DCMAKE_PREFIX_PATH={prefix}",
+         f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
+    found = (project / "build/plugin_dir.txt").read_text()
+    expected = prefix / "lib/baton/plugins"
+    check(os.path.realpath(found) == os.path.realpath(expected),
+          f"find_package(baton) set baton_PLUGIN_DIR to {found!r}, expected {expected}")
+
+
+def docs_example_files(source_dir):
+    """The stop_on_loss project of docs/plugins.md ("From an empty folder to a training run"), as its text shows it."""
+    text = (source_dir / "docs/plugins.md").read_text()
+    files = {}
+    for name, language in (("CMakeLists.txt", "cmake"), ("stop_on_loss.cpp", "cpp")):
+        match = re.search(r"^`" + re.escape(name) + r"`\n```" + language + r"\n(.*?)^```", text, re.M | re.S)
+        require(match is not None, f"docs/plugins.md has no {name} block for the stop_on_loss example")
+        files[name] = match.group(1)
+    return files
+
+
+def check_docs_example(args, prefix, scratch, run_root):
+    """The documentation's example plugin builds as the text says, stops a run, and refuses every = "0ba" with a
+    configuration error instead of dividing by zero."""
+    project = scratch / "stop_on_loss"
+    project.mkdir()
+    for name, content in docs_example_files(args.source_dir).items():
+        (project / name).write_text(content)
+    run(["cmake", "-S", project, "-B", project / "build", f"-DCMAKE_PREFIX_PATH={prefix}",
+         "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
+    run(["cmake", "--build", project / "build", "-j1"], env=user_env())
+    plugin = os.path.relpath(project / "build/stop_on_loss.so", run_root)
+
+    def train_with(name, keys, expect):
+        config = run_root / f"{name}.toml"
+        config.write_text(BASE_CONFIG.format(name=name) + f'\n[[plugins]]\npath = "{plugin}"\n{keys}\n')
+        return run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env(), expect=expect)
+
+    # Any loss is below 100: the run stops at the first check, batch 2.
+    _, out, _ = train_with("stop_on_loss", 'threshold = 100.0\nevery = "2ba"', 0)
+    check("trained to ep 0 ba 2" in out and "stopped: train/loss below 100" in out,
+          f"the docs' stop_on_loss did not stop the run at batch 2: {out!r}")
+    status, _, err = train_with("stop_on_loss_zero", 'threshold = 0.5\nevery = "0ba"', None)
+    check(status == 2 and "plugins.stop_on_loss.every: expected a time > 0, got string \"0ba\"" in err,
+          f"every = \"0ba\": expected exit 2 and a configuration error, got exit {status}: {err!r}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", required=True, type=Path)
@@ -246,6 +299,8 @@ def main():
     plugin_dir = os.path.relpath(example_build, run_root)  # paths are relative to the config file's folder
     check_training(prefix, run_root, plugin_dir)
     check_config_errors(prefix, run_root, plugin_dir)
+    check_plugin_dir_variable(args, prefix, scratch)
+    check_docs_example(args, prefix, scratch, run_root)
 
     print(f"sdk_install: {len(failures)} failed checks, {time.monotonic() - started:.0f} s", flush=True)
     return 1 if failures else 0

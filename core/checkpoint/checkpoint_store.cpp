@@ -58,6 +58,12 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
   throw CheckpointError("checkpoint " + checkpoint + ": " + problem);
 }
 
+// A meta.json with a format version above this baton's: a checkpoint that a newer baton wrote, valid for it.
+class NewerFormatError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 // ---------------------------------------------------------------------------------------------------------------
 // meta.json
 
@@ -104,6 +110,7 @@ Json read_meta_json(const std::string& checkpoint) {
   const fs::path path = fs::path(checkpoint) / kMetaFile;
   std::error_code error;
   if (!fs::is_directory(checkpoint, error)) corrupt(checkpoint, "no such checkpoint folder");
+  if (fs::is_empty(checkpoint, error) && !error) corrupt(checkpoint, "the folder is empty (no meta.json)");
   if (!fs::exists(path, error)) corrupt(checkpoint, "meta.json is missing (the checkpoint is incomplete)");
   std::string text;
   try {
@@ -124,8 +131,11 @@ Json read_meta_json(const std::string& checkpoint) {
   }
   const Json& version = meta.contains("version") ? meta["version"] : Json();
   if (version != kCheckpointFormatVersion) {
-    corrupt(checkpoint, "meta.json: unsupported version: got " + version.dump() + ", supported " +
-                            std::to_string(kCheckpointFormatVersion));
+    const std::string problem = "meta.json: unsupported version: got " + version.dump() + ", supported " +
+                                std::to_string(kCheckpointFormatVersion);
+    if (version.is_number_integer() && version.get<std::int64_t>() > kCheckpointFormatVersion)
+      throw NewerFormatError("checkpoint " + checkpoint + ": " + problem);
+    corrupt(checkpoint, problem);
   }
   return meta;
 }
@@ -192,15 +202,7 @@ Meta verify(const std::string& checkpoint) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Extra files keep their scalars in the safetensors metadata, one JSON-encoded value per key, so Python's
-// safetensors sees plain strings and types survive the trip.
-
-std::map<std::string, std::string> scalars_to_metadata(const StateDict& sd) {
-  std::map<std::string, std::string> metadata;
-  const Json scalars = Json::parse(sd.scalars_json());
-  for (const auto& [key, value] : scalars.items()) metadata[key] = value.dump();
-  return metadata;
-}
+// Extra files keep their scalars in the safetensors metadata (state_dict_metadata, baton/safetensors.h).
 
 void scalars_from_metadata(const std::string& checkpoint, const std::string& file,
                            const std::map<std::string, std::string>& metadata, StateDict& sd) {
@@ -254,7 +256,7 @@ void write_checkpoint_files(const fs::path& folder, const std::string& name, con
   auto digest = write_safetensors((folder / kStateFile).string(), state);
   files.push_back({kStateFile, digest.bytes, digest.crc32});
   for (const auto& [file, sd] : data.files) {
-    digest = write_safetensors((folder / file).string(), prefixed_tensors("", sd), scalars_to_metadata(sd));
+    digest = write_safetensors((folder / file).string(), prefixed_tensors("", sd), state_dict_metadata(sd));
     files.push_back({file, digest.bytes, digest.crc32});
   }
   const std::string meta = meta_text(name, data, files);
@@ -317,6 +319,17 @@ std::string CheckpointStore::save(const std::string& name, const CheckpointData&
   check_save_names(name, data);
   const fs::path dir(dir_);
   const fs::path final_path = dir / name;
+  std::error_code exists_error;
+  if (fs::is_directory(final_path, exists_error)) {
+    try {
+      read_meta_json(final_path.string());
+    } catch (const NewerFormatError& e) {
+      throw Error("cannot save checkpoint " + final_path.string() + ": the folder holds a checkpoint written by a "
+                  "newer baton, which is never overwritten (" + e.what() + "); move it away to save here");
+    } catch (const CheckpointError&) {
+      // A damaged or incomplete folder under this name: the new checkpoint replaces it.
+    }
+  }
   const fs::path temporary = dir / suffix_pid(kTmpPrefix, name);
   const fs::path parked = dir / suffix_pid(kOldPrefix, name);
   bool old_parked = false;
@@ -362,19 +375,26 @@ void CheckpointStore::prune(const std::string& keep) const {
   fsync_path(dir_);
 }
 
-std::vector<CheckpointInfo> CheckpointStore::list() const {
+std::vector<CheckpointInfo> CheckpointStore::list(std::vector<SkippedCheckpoint>* skipped) const {
   std::vector<CheckpointInfo> out;
   std::error_code error;
   if (!fs::is_directory(dir_, error)) return out;
   for (const auto& entry : fs::directory_iterator(dir_, error)) {
     const std::string folder = entry.path().filename().string();
     if (folder.empty() || folder.front() == '.' || !entry.is_directory(error)) continue;
+    // A folder whose meta.json cannot be read is no checkpoint to list (nor to prune), but the caller hears of it:
+    // it may be a damaged checkpoint, or one of a newer baton.
     try {
       out.push_back(read_checkpoint_info(entry.path().string()));
-    } catch (const CheckpointError&) {
-      // Not committed (or damaged beyond reading its meta.json): not a checkpoint to list.
+    } catch (const NewerFormatError& e) {
+      if (skipped) skipped->push_back({entry.path().string(), e.what(), /*newer_format=*/true});
+    } catch (const CheckpointError& e) {
+      if (skipped) skipped->push_back({entry.path().string(), e.what(), /*newer_format=*/false});
     }
   }
+  if (skipped)
+    std::sort(skipped->begin(), skipped->end(),
+              [](const SkippedCheckpoint& a, const SkippedCheckpoint& b) { return a.path < b.path; });
   std::sort(out.begin(), out.end(), [](const CheckpointInfo& a, const CheckpointInfo& b) {
     return a.timestamp.batch != b.timestamp.batch ? a.timestamp.batch < b.timestamp.batch : a.name < b.name;
   });
@@ -382,7 +402,16 @@ std::vector<CheckpointInfo> CheckpointStore::list() const {
 }
 
 std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::string>& warnings) const {
-  const auto checkpoints = list();
+  std::vector<SkippedCheckpoint> skipped;
+  const auto checkpoints = list(&skipped);
+  for (const auto& folder : skipped)
+    if (!folder.newer_format) warnings.push_back("skipping corrupt checkpoint: " + folder.reason);
+  for (const auto& folder : skipped)
+    if (folder.newer_format)
+      throw CheckpointError(folder.reason + ": it was written by a newer baton, so --resume auto stops here rather "
+                            "than continue from an older checkpoint and later overwrite it; resume with that newer "
+                            "baton, or choose a checkpoint with --resume <folder> (saves never replace the newer "
+                            "one)");
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     try {
       verify_checkpoint(it->path);

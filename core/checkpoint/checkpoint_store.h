@@ -40,6 +40,14 @@ struct BATON_API CheckpointInfo {
   Timestamp timestamp;
 };
 
+/// A folder among the checkpoints that is not one this baton can use (meta.json missing, garbage or of another
+/// format, or the folder empty), and why.
+struct BATON_API SkippedCheckpoint {
+  std::string path;
+  std::string reason;         // the CheckpointError's message, which names the folder
+  bool newer_format = false;  // written by a newer baton: never overwritten, and --resume auto stops at it
+};
+
 class BATON_API CheckpointStore {
  public:
   /// `dir` is created on the first save. Stale temporary folders of interrupted saves are removed here.
@@ -48,14 +56,18 @@ class BATON_API CheckpointStore {
 
   /// Saves atomically as <dir>/<name> (replacing an existing one only once the new one is complete), prunes
   /// beyond keep_last (oldest first), and returns the final path. Throws baton::Error naming the file on failure;
-  /// the previous checkpoints are then untouched.
+  /// the previous checkpoints are then untouched. A checkpoint of a newer format under <name> is never replaced:
+  /// the save fails naming it.
   std::string save(const std::string& name, const CheckpointData& data);
 
-  /// Committed checkpoints (those with a readable meta.json), oldest first by timestamp.batch.
-  std::vector<CheckpointInfo> list() const;
+  /// Committed checkpoints (those with a readable meta.json), oldest first by timestamp.batch. Every other folder
+  /// not starting with '.' is added to `skipped` with the reason, when given.
+  std::vector<CheckpointInfo> list(std::vector<SkippedCheckpoint>* skipped = nullptr) const;
 
-  /// The newest checkpoint that passes verify_checkpoint; each newer one that fails adds a warning naming it and
-  /// the reason. Nothing when there is none.
+  /// The newest checkpoint that passes verify_checkpoint; each folder skipped on the way (one that fails
+  /// verification, or one list() skips) adds a warning naming it and the reason. Nothing when there is none.
+  /// Throws CheckpointError when a folder holds a checkpoint of a newer format: resuming from an older one would
+  /// continue a run that has already gone further, so only an explicit choice of checkpoint goes past it.
   std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings) const;
 
  private:

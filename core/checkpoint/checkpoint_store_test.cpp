@@ -378,3 +378,63 @@ TEST_SUITE("checkpoint") {
     CHECK(warnings.size() == 3);
   }
 }
+
+TEST_SUITE("checkpoint") {
+  TEST_CASE("checkpoint store: every folder list skips is reported, and newest_valid warns for each") {
+    auto dir = baton::test::scratch_dir("ckpt_skipped");
+    baton::CheckpointStore store(dir.string(), 0);
+    store.save("ba10", simple_data(10, 1));
+    const std::string garbage = store.save("ba20", simple_data(20, 2));
+    const std::string missing = store.save("ba30", simple_data(30, 3));
+    write_bytes(fs::path(garbage) / "meta.json", "not json at all");
+    fs::remove(fs::path(missing) / "meta.json");
+    fs::create_directory(dir / "ba40");  // an empty folder
+
+    std::vector<baton::SkippedCheckpoint> skipped;
+    CHECK(listed_names(store) == std::vector<std::string>{"ba10"});
+    store.list(&skipped);
+    REQUIRE(skipped.size() == 3);
+    CHECK(skipped[0].path == garbage);
+    CHECK(contains(skipped[0].reason, "checkpoint " + garbage + ": meta.json does not parse"));
+    CHECK(skipped[1].path == missing);
+    CHECK(skipped[1].reason == "checkpoint " + missing + ": meta.json is missing (the checkpoint is incomplete)");
+    CHECK(skipped[2].reason == "checkpoint " + (dir / "ba40").string() + ": the folder is empty (no meta.json)");
+    for (const auto& s : skipped) CHECK_FALSE(s.newer_format);
+
+    std::vector<std::string> warnings;
+    auto newest = store.newest_valid(warnings);
+    REQUIRE(newest.has_value());
+    CHECK(newest->name == "ba10");
+    REQUIRE(warnings.size() == 3);
+    CHECK(warnings[0] == "skipping corrupt checkpoint: " + skipped[0].reason);
+    CHECK(warnings[2] == "skipping corrupt checkpoint: " + skipped[2].reason);
+  }
+
+  TEST_CASE("checkpoint store: a checkpoint of a newer format stops newest_valid and is never overwritten") {
+    auto dir = baton::test::scratch_dir("ckpt_newer");
+    baton::CheckpointStore store(dir.string(), 1);
+    store.save("ba10", simple_data(10, 1));
+    const std::string newer = store.save("ba20", simple_data(20, 2));
+    auto meta = nlohmann::json::parse(read_bytes(fs::path(newer) / "meta.json"));
+    meta["version"] = 2;
+    const std::string newer_meta = meta.dump();
+    write_bytes(fs::path(newer) / "meta.json", newer_meta);
+
+    std::vector<baton::SkippedCheckpoint> skipped;
+    store.list(&skipped);
+    REQUIRE(skipped.size() == 1);
+    CHECK(skipped[0].newer_format);
+    std::vector<std::string> warnings;
+    const std::string refused = "checkpoint " + newer + ": meta.json: unsupported version: got 2, supported 1: it "
+                                "was written by a newer baton";
+    CHECK_THROWS_WITH_AS(store.newest_valid(warnings), doctest::Contains(refused.c_str()), baton::CheckpointError);
+
+    // Saving under its name fails naming it; pruning (keep_last = 1) never counts it.
+    const std::string kept = "cannot save checkpoint " + newer + ": the folder holds a checkpoint written by a newer "
+                             "baton";
+    CHECK_THROWS_WITH_AS(store.save("ba20", simple_data(20, 5)), doctest::Contains(kept.c_str()), baton::Error);
+    store.save("ba30", simple_data(30, 3));
+    CHECK(read_bytes(fs::path(newer) / "meta.json") == newer_meta);
+    CHECK(folder_names(dir) == std::vector<std::string>{"ba20", "ba30"});
+  }
+}

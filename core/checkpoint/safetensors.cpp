@@ -378,6 +378,19 @@ FileDigest write_safetensors_atomic(const std::string& path, const NamedTensors&
   return digest;
 }
 
+std::map<std::string, std::string> state_dict_metadata(const StateDict& content) {
+  std::map<std::string, std::string> metadata;
+  const Json scalars = Json::parse(content.scalars_json());
+  for (const auto& [key, value] : scalars.items()) metadata[key] = value.dump();
+  return metadata;
+}
+
+FileDigest write_state_dict_atomic(const std::string& path, const StateDict& content) {
+  NamedTensors tensors;
+  for (const auto& key : content.tensor_keys()) tensors.emplace_back(key, content.tensor(key));
+  return write_safetensors_atomic(path, tensors, state_dict_metadata(content));
+}
+
 void validate_safetensors(const std::string& path) {
   InputFile file(path);
   HeaderParser(path).parse(file);

@@ -260,6 +260,13 @@ class Launcher {
       if (::waitpid(rank.pid, &status, WNOHANG) != rank.pid) continue;
       rank.running = false;
       rank.status = status;
+      // 130 is a rank's clean stop after a signal (forwarded by us, or sent to that rank alone): the run is
+      // interrupted, not failed. The other ranks stop after the same batch and may still be saving and exporting,
+      // so they are waited for, not ended (a SIGTERM would be a second signal, which makes a rank exit at once).
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 130) {
+        interrupted_ = true;
+        continue;
+      }
       if (failed(status) && failure_.empty()) {
         failure_ = "rank " + std::to_string(global_rank(r)) + " " + describe_exit(status);
         if (any_running()) {

@@ -21,11 +21,12 @@ struct LaunchOptions {
 /// What is wrong with the options (a usage error, exit 2), or "" when they can run.
 std::string launch_usage_error(const LaunchOptions& options);
 
-/// Runs the ranks and returns the exit status: 0 when every rank succeeded, 130 when interrupted, 1 when a rank
-/// failed (the others are ended: SIGTERM, then SIGKILL after the grace period; the failing rank is named on
-/// stderr). Each line a rank prints is prefixed "[rank k] " (k the global rank). SIGINT and SIGTERM are forwarded to the
-/// ranks; a launcher that is killed outright takes its ranks with it (they get SIGKILL), so the other machines' ranks
-/// see a peer exit and fail with an error rather than wait on orphans.
+/// Runs the ranks and returns the exit status: 0 when every rank succeeded, 130 when interrupted (a rank exiting
+/// 130 is one that stopped cleanly after a signal: the others are waited for), 1 when a rank failed (the others
+/// are ended: SIGTERM, then SIGKILL after the grace period; the failing rank is named on stderr). Each line a rank
+/// prints is prefixed "[rank k] " (k the global rank). SIGINT and SIGTERM are forwarded to the ranks; a launcher
+/// that is killed outright takes its ranks with it (they get SIGKILL), so the other machines' ranks see a peer exit
+/// and fail with an error rather than wait on orphans.
 int launch(const LaunchOptions& options);
 
 }  // namespace baton::cli

@@ -90,7 +90,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
     std::printf("rank %d of %d done at ep %lld ba %lld\n", run->trainer->options().rank,
                 run->trainer->options().world_size, static_cast<long long>(result.end.epoch),
                 static_cast<long long>(result.end.batch));
-    return result.stop_reason == "interrupted by a signal" ? kExitInterrupted : 0;
+    return result.stop_reason == baton::kInterruptedReason ? kExitInterrupted : 0;
   }
   print_eval_table(result.evals);
   std::printf("\ntrained to ep %lld ba %lld in %.1f s%s%s\n", static_cast<long long>(result.end.epoch),
@@ -100,17 +100,18 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   if (!run->run_dir.empty()) std::printf("run folder: %s\n", run->run_dir.c_str());
   const auto& warnings = run->trainer->warnings();
   if (!warnings.empty()) std::printf("%zu warning(s) during the run; see above\n", warnings.size());
-  return result.stop_reason == "interrupted by a signal" ? kExitInterrupted : 0;
+  return result.stop_reason == baton::kInterruptedReason ? kExitInterrupted : 0;
 }
 
 int run_check(const CommonArgs& args) {
   baton::RunConfig config = load(args);
+  baton::check_against_data_and_machine(config);
   std::vector<baton::LoadedPlugin> plugins;
   try {
     plugins = baton::load_plugins(config, args.allow_insecure);
-  } catch (const baton::PluginError& e) {
+  } catch (const baton::PluginEntryError& e) {
     // For `check` every problem found in the configuration, a plugin it names included, is a usage error.
-    throw baton::ConfigError({args.config_path, 0, 0}, "plugins", e.what());
+    throw e.as_config_error();
   }
   std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins.size(), plugins.size() == 1 ? "" : "s");
   return 0;
@@ -155,6 +156,10 @@ int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
 int main(int argc, char** argv) {
   CLI::App app{"baton: a training engine for LibTorch with run-time plugins"};
   app.require_subcommand(1);
+  // Command-line mistakes read like every other error baton reports: "error: <what>".
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return "error: " + CLI::FailureMessage::simple(failed, e);
+  });
   app.set_version_flag("--version", std::string("baton ") + BATON_VERSION);
 
   CommonArgs train_args, check_args, eval_args;
@@ -229,6 +234,11 @@ int main(int argc, char** argv) {
     return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailure;
+  } catch (...) {
+    // Calls into plugins convert what they throw; this is the last line against anything that slips past, so the
+    // process never ends through std::terminate without a word.
+    std::fprintf(stderr, "error: an exception that is not a std::exception\n");
     return kExitFailure;
   }
   return kExitUsage;

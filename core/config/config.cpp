@@ -38,6 +38,7 @@ bool is_digits(std::string_view text) {
 struct Context {
   std::string file;  // errors name it
   fs::path base;     // the config file's folder, for plugin paths
+  std::map<std::string, SourceLocation>* locations = nullptr;  // every key read is recorded here
 };
 
 Context make_context(const std::string& source) {
@@ -59,7 +60,9 @@ class Section {
 
   const toml::node* get(std::string_view key) {
     known_.push_back(key);
-    return table_ != nullptr ? table_->get(key) : nullptr;
+    const toml::node* node = table_ != nullptr ? table_->get(key) : nullptr;
+    if (node != nullptr && ctx_.locations != nullptr) (*ctx_.locations)[path(key)] = location_of(*node, ctx_.file);
+    return node;
   }
 
   /// Converts key into out when present; returns its node (nullptr when absent).
@@ -295,6 +298,8 @@ PluginEntry read_plugin(toml::table& table, std::size_t index, const Context& ct
   }
   if (text.empty())
     throw ConfigError(location_of(id, ctx.file), id_key, "expected a non-empty string, got " + describe(id));
+  plugin.key = id_key;
+  plugin.key_where = location_of(id, ctx.file);
   if (name != nullptr)
     plugin.name = text;
   else
@@ -334,10 +339,12 @@ void reject_unknown_sections(const toml::table& root, const Context& ctx) {
   }
 }
 
-RunConfig build(toml::table& root, const Context& ctx) {
-  reject_unknown_sections(root, ctx);
+RunConfig build(toml::table& root, const Context& file_ctx) {
+  reject_unknown_sections(root, file_ctx);
   RunConfig config;
-  config.source = ctx.file;
+  config.source = file_ctx.file;
+  Context ctx = file_ctx;
+  ctx.locations = &config.locations;
   read_run(Section(root, "run", ctx), config.run);
   read_data(Section(root, "data", ctx), config.data);
   read_model(Section(root, "model", ctx), config.model);
@@ -458,6 +465,11 @@ void apply_override(toml::table& root, const Override& o) {
 }
 
 }  // namespace
+
+SourceLocation RunConfig::where(const std::string& key) const {
+  auto it = locations.find(key);
+  return it != locations.end() ? it->second : SourceLocation{source, 0, 0};
+}
 
 Override Override::parse(std::string_view text) {
   const SourceLocation at{"--set " + std::string(text), 0, 0};

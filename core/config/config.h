@@ -3,6 +3,7 @@
 // value or bad time string is a ConfigError that reads "file:line:column: section.key: what was expected".
 // Nothing falls back to a default silently when a key is present with the wrong type.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,8 @@ struct BATON_API PluginEntry {
   std::string path;
   PluginConfig config;  // the table's other keys
   SourceLocation where;  // where the [[plugins]] table starts
+  std::string key;          // "plugins.<index>.name" or "plugins.<index>.path", for errors about the plugin itself
+  SourceLocation key_where;  // where that key's value is
 };
 
 struct BATON_API RunConfig {
@@ -94,6 +97,12 @@ struct BATON_API RunConfig {
   std::vector<PluginEntry> plugins;
   std::vector<std::string> plugin_search_paths;  // [plugin_search] paths, relative to the config file's folder
   bool allow_insecure_plugins = false;           // [plugin_search] allow_insecure
+  /// Where each key given in the file or a --set is ("data.batch_size" -> file, line, column), for the checks made
+  /// after parsing (against the data and the machine) to point at the key like every other error.
+  std::map<std::string, SourceLocation> locations;
+
+  /// The location of `key`, or the config file (line 0) for a key left at its default.
+  SourceLocation where(const std::string& key) const;
 };
 
 /// One "--set section.key=value" override. The value is read as a TOML value ("0.1", "true", "[1,2]",

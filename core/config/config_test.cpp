@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -488,6 +490,28 @@ path = "lib/libmine.so"
       FAIL("no ConfigError");
     } catch (const ConfigError& e) {
       CHECK(std::string(e.what()) == dir.string() + ": cannot read the config file: it is a directory");
+    }
+  }
+
+  TEST_CASE("docs/config.md: the value it says disables evaluation and saving does") {
+    std::ifstream in(std::filesystem::path(BATON_SOURCE_DIR) / "docs" / "config.md");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string doc = text.str();
+    for (const auto& [section, key] : {std::pair<std::string, std::string>{"trainer", "eval_interval"},
+                                       {"checkpoint", "save_interval"}}) {
+      CAPTURE(key);
+      const auto row = doc.find("| `" + key + "` |");
+      REQUIRE(row != std::string::npos);
+      const std::string line = doc.substr(row, doc.find('\n', row) - row);
+      const auto disables = line.find("` disables");
+      REQUIRE(disables != std::string::npos);
+      const auto start = line.rfind('`', disables - 1) + 1;
+      const std::string value = line.substr(start, disables - start);
+      CAPTURE(value);
+      baton::RunConfig config;
+      REQUIRE_NOTHROW(config = baton::parse_config("[" + section + "]\n" + key + " = " + value + "\n", "doc.toml"));
+      CHECK((key == "eval_interval" ? config.trainer.eval_interval : config.checkpoint.save_interval).value() == 0);
     }
   }
 

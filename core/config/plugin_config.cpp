@@ -364,6 +364,14 @@ Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& u
                     "expected a time in " + allowed + ", got " + toml_detail::describe(node));
 }
 
+Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units, TimeZero zero) const {
+  const Time time = get_time(key, units);
+  if (zero == TimeZero::allowed || time.value() > 0) return time;
+  const toml::node& node = *impl_->table->get(key);
+  throw ConfigError(impl_->location(node), impl_->full_key(key),
+                    "expected a time > 0, got " + toml_detail::describe(node));
+}
+
 std::vector<std::string> PluginConfig::keys() const {
   std::vector<std::string> out;
   for (const auto& [key, node] : impl_->ordered()) out.emplace_back(key->str());

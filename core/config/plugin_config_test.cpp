@@ -192,6 +192,24 @@ TEST_SUITE("config") {
     CHECK(bad.unread_keys().empty());
   }
 
+  TEST_CASE("get_time with TimeZero::rejected refuses a zero time, which an interval cannot be") {
+    const PluginConfig c = PluginConfig::from_toml("every = \"0ba\"\nwarmup = \"0ep\"\nstep = \"2ba\"\n", "p", "p.toml");
+    const std::vector<TimeUnit> batch_or_epoch = {TimeUnit::batch, TimeUnit::epoch};
+    CHECK(error_of([&] { c.get_time("every", batch_or_epoch, baton::TimeZero::rejected); }) ==
+          "p.toml:1:9: plugins.p.every: expected a time > 0, got string \"0ba\"");
+    CHECK(error_of([&] { c.get_time_or("warmup", Time(1, TimeUnit::batch), batch_or_epoch,
+                                       baton::TimeZero::rejected); }) ==
+          "p.toml:2:10: plugins.p.warmup: expected a time > 0, got string \"0ep\"");
+    CHECK(c.get_time("every", batch_or_epoch, baton::TimeZero::allowed) == Time(0, TimeUnit::batch));
+    CHECK(c.get_time("step", batch_or_epoch, baton::TimeZero::rejected) == Time(2, TimeUnit::batch));
+    CHECK(c.get_time_or("absent", Time(5, TimeUnit::batch), batch_or_epoch, baton::TimeZero::rejected) ==
+          Time(5, TimeUnit::batch));
+    // The unit is checked first, as without the bound.
+    const PluginConfig samples = PluginConfig::from_toml("every = \"0sp\"\n", "p", "p.toml");
+    CHECK(error_of([&] { samples.get_time("every", batch_or_epoch, baton::TimeZero::rejected); }) ==
+          "p.toml:1:9: plugins.p.every: expected a time in ba or ep, got string \"0sp\"");
+  }
+
   TEST_CASE("get_or with a text default reads a string") {
     const PluginConfig c = PluginConfig::from_toml("mode = \"slow\"\ncount = 2\n", "p", "p.toml");
     CHECK(c.get_or("mode", "fast") == "slow");

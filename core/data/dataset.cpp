@@ -104,6 +104,18 @@ TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64
   return data;
 }
 
+std::int64_t idx_dataset_size(const std::string& folder, bool train, std::int64_t subset) {
+  const std::string split = train ? "train" : "t10k";
+  const std::string images_path = find_idx_file(folder, split + "-images-idx3-ubyte");
+  const std::string labels_path = find_idx_file(folder, split + "-labels-idx1-ubyte");
+  const std::vector<std::int64_t> images = read_idx_shape(images_path);
+  const std::vector<std::int64_t> labels = read_idx_shape(labels_path);
+  if (images.empty() || labels.empty() || images.front() != labels.front())
+    throw Error("dataset folder '" + folder + "': " + images_path + " and " + labels_path +
+                " do not hold the same number of samples");
+  return subset > 0 ? std::min(subset, labels.front()) : labels.front();
+}
+
 TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name) {
   if (size < 1) throw Error("synthetic dataset '" + name + "': size must be positive, got " + std::to_string(size));
   static const std::vector<float> patterns = make_patterns();

@@ -19,6 +19,10 @@ namespace baton {
 BATON_API TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
                                const std::string& name = "idx");
 
+/// The number of samples load_idx_dataset would give (the labels file's count, cut to `subset`), from the file
+/// headers alone. Throws baton::Error as load_idx_dataset does for a missing or damaged file.
+BATON_API std::int64_t idx_dataset_size(const std::string& folder, bool train, std::int64_t subset = 0);
+
 /// A seeded, learnable 10-class dataset of 1x28x28 images (class-dependent patterns plus noise), identical for the
 /// same seed on every machine.
 BATON_API TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name = "synthetic");

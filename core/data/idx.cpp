@@ -78,6 +78,12 @@ std::vector<std::int64_t> read_header(gzFile file, const std::string& path) {
 
 }  // namespace
 
+std::vector<std::int64_t> read_idx_shape(const std::string& path) {
+  GzFile file(gzopen(path.c_str(), "rb"));
+  if (!file) fail(path, "cannot open the file");
+  return read_header(file.get(), path);
+}
+
 IdxArray read_idx_file(const std::string& path) {
   GzFile file(gzopen(path.c_str(), "rb"));
   if (!file) fail(path, "cannot open the file");

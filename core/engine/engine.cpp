@@ -15,20 +15,14 @@ void Engine::add(EngineEntry entry) {
 
 void Engine::call(const EngineEntry& entry, Event event) {
   if (trace_) trace_(entry.id + "/" + std::string(event_name(event)));
-  try {
-    if (entry.algorithm)
-      entry.algorithm->apply(event, state_, logger_);
-    else
-      entry.callback->run_event(event, state_, logger_);
-  } catch (const ConfigError&) {
-    throw;  // already names file, line and key
-  } catch (const std::exception& e) {
-    throw PluginError("plugin '" + entry.id + "' failed on event " + std::string(event_name(event)) + ": " +
-                      e.what());
-  } catch (...) {
-    throw PluginError("plugin '" + entry.id + "' failed on event " + std::string(event_name(event)) +
-                      ": unknown exception");
-  }
+  call_plugin(
+      [&] {
+        if (entry.algorithm)
+          entry.algorithm->apply(event, state_, logger_);
+        else
+          entry.callback->run_event(event, state_, logger_);
+      },
+      [&] { return "plugin '" + entry.id + "' failed on event " + std::string(event_name(event)); });
 }
 
 void Engine::fire(Event event) {
@@ -37,12 +31,8 @@ void Engine::fire(Event event) {
 
   auto run_algorithms = [&] {
     auto matches = [&](const EngineEntry& e) {
-      try {
-        return e.algorithm->match(event, state_);
-      } catch (const std::exception& ex) {
-        throw PluginError("plugin '" + e.id + "' failed in match() on event " + std::string(event_name(event)) +
-                          ": " + ex.what());
-      }
+      return call_plugin([&] { return e.algorithm->match(event, state_); },
+                         [&] { return "plugin '" + e.id + "' failed in match() on event " + std::string(event_name(event)); });
     };
     // Composer's rule: after_* events unwind in reverse so paired before/after work nests properly.
     if (is_after_event(event)) {
@@ -75,11 +65,9 @@ std::vector<std::string> Engine::close() {
   for (const auto& e : entries_) {
     Plugin* plugin = e.algorithm ? static_cast<Plugin*>(e.algorithm) : static_cast<Plugin*>(e.callback);
     try {
-      plugin->close();
+      call_plugin([&] { plugin->close(); }, [&] { return "plugin '" + e.id + "' failed to close"; });
     } catch (const std::exception& ex) {
-      errors.push_back("plugin '" + e.id + "' failed to close: " + ex.what());
-    } catch (...) {
-      errors.push_back("plugin '" + e.id + "' failed to close: unknown exception");
+      errors.push_back(ex.what());
     }
   }
   return errors;

@@ -5,6 +5,7 @@
 //                  then callbacks in configured order.
 // Each call is traced as "<plugin id>/<event>". A plugin's exception becomes a PluginError naming the plugin
 // and the event. After close(), firing an event throws.
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,6 +15,24 @@
 #include "baton/export.h"
 
 namespace baton {
+
+/// Runs one call into a plugin's code and turns whatever it throws into a baton error, so that nothing a plugin
+/// throws (an int, a type of its own) can escape as a foreign exception and end the process, and the error names
+/// the plugin and the call: PluginError("<context()>: <what>"). A ConfigError passes through, copied here (its
+/// type may live in the plugin's library); it already names file, line and key. `context` is called only on
+/// failure, so the hot event path builds no strings.
+template <class Call, class Context>
+decltype(auto) call_plugin(Call&& call, Context&& context) {
+  try {
+    return call();
+  } catch (const ConfigError& e) {
+    throw ConfigError(e);
+  } catch (const std::exception& e) {
+    throw PluginError(context() + ": " + e.what());
+  } catch (...) {
+    throw PluginError(context() + ": it threw something that is not a std::exception");
+  }
+}
 
 struct BATON_API EngineEntry {
   std::string id;

@@ -124,12 +124,18 @@ TEST_SUITE("loader") {
     CHECK(load_error(path) == "plugin file not found: " + path);
   }
 
-  TEST_CASE("a file that is not a shared library carries the dynamic loader's reason") {
+  TEST_CASE("a file that is not a shared library is refused as one, whatever its size") {
     const std::string path = fixture("not_a_library");
-    const std::string message = inspect_error(path);
-    CHECK(contains(message, "cannot load " + path + ": "));
-    // glibc's dlerror() for a file that does not start with the ELF magic number.
-    CHECK(contains(message, "invalid ELF header"));
+    CHECK(inspect_error(path) == "cannot load " + path + ": " + path + ": invalid ELF header (not a shared library)");
+    // Under 64 bytes the dynamic loader itself would say "file too short".
+    const fs::path dir = baton::test::scratch_dir("loader_short_file");
+    for (const std::string text : {"", "hi\n", "\x7f" "EL"}) {
+      const fs::path file = dir / "short.so";
+      baton::test::write_bytes(file, text);
+      fs::permissions(file, fs::perms(0644));
+      CHECK(inspect_error(file.string()) ==
+            "cannot load " + file.string() + ": " + file.string() + ": invalid ELF header (not a shared library)");
+    }
   }
 
   TEST_CASE("a folder given as a plugin file is refused") {
@@ -465,6 +471,17 @@ TEST_SUITE("loader") {
     CHECK(PluginLoader(LoaderOptions{{}, true}).inspect(file.string()).name == "fixture_good");
     fs::permissions(dir, fs::perms(0755));
     CHECK(PluginLoader().inspect(file.string()).name == "fixture_good");
+  }
+
+  TEST_CASE("a symlink to a plugin in a folder writable by others is refused naming the link and its target") {
+    const fs::path file = copy_fixture("fixture_good", "loader_insecure_link_target");
+    fs::permissions(file.parent_path(), fs::perms(0777));
+    const fs::path link = baton::test::scratch_dir("loader_insecure_link") / "plugin.so";
+    fs::create_symlink(file, link);
+    CHECK(contains(inspect_error(link.string()), "refusing to load " + link.string() + " (a link to " +
+                                                     file.string() + "): its folder " + file.parent_path().string() +
+                                                     " is writable by others (mode 0777)"));
+    fs::permissions(file.parent_path(), fs::perms(0755));
   }
 
   TEST_CASE("a plugin file owned by another user is refused unless allowed") {

@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <system_error>
@@ -63,7 +65,8 @@ std::string octal_mode(mode_t mode) {
 }
 
 // Loading a library runs its code with our privileges, so the file and the folder it sits in must not be
-// replaceable by anyone but us (or root). `what` is "file" or "folder" for the message.
+// replaceable by anyone but us (or root). `what` is "file" or "folder" for the message; `plugin_path` names the
+// plugin as the user gave it (and what it links to).
 void check_not_tampered(const fs::path& target, const std::string& what, const std::string& plugin_path) {
   struct stat st {};
   if (::stat(target.c_str(), &st) != 0)
@@ -88,6 +91,16 @@ struct OpenedPlugin {
   const baton_plugin_info* raw = nullptr;
   PluginInfo info;
 };
+
+// The dynamic loader's reason for a file that is not ELF depends on its size ("file too short" under 64 bytes,
+// "invalid ELF header" above); checking the magic number first gives every such file the same message.
+void require_elf(const std::string& path) {
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(magic, sizeof magic);
+  if (in.gcount() != static_cast<std::streamsize>(sizeof magic) || std::memcmp(magic, "\x7f" "ELF", 4) != 0)
+    throw PluginError("cannot load " + path + ": " + path + ": invalid ELF header (not a shared library)");
+}
 
 std::shared_ptr<Library> open_library(const std::string& path) {
   boost::dll::fs::error_code ec;
@@ -115,6 +128,8 @@ const baton_plugin_info* read_entry(Library& library, const std::string& path) {
     raw = library.get<const baton_plugin_info*()>(BATON_PLUGIN_ENTRY_NAME)();
   } catch (const std::exception& e) {
     throw PluginError(path + ": " BATON_PLUGIN_ENTRY_NAME " failed: " + e.what());
+  } catch (...) {
+    throw PluginError(path + ": " BATON_PLUGIN_ENTRY_NAME " failed: it threw something that is not a std::exception");
   }
   if (!raw) throw PluginError(path + ": " BATON_PLUGIN_ENTRY_NAME " returned no plugin info (a null pointer)");
   return raw;
@@ -175,9 +190,12 @@ OpenedPlugin open_plugin(const std::string& given, const LoaderOptions& options)
   if (ec) throw PluginError("plugin file not found: " + given + " (" + ec.message() + ")");
   const std::string path = real.string();
   if (!options.allow_insecure) {
-    check_not_tampered(real, "file", path);
-    check_not_tampered(real.parent_path(), "folder", path);
+    // Through a symlink the checks are about the target; the message names both, so the config's path is found.
+    const std::string named = fs::path(given) == real ? path : given + " (a link to " + path + ")";
+    check_not_tampered(real, "file", named);
+    check_not_tampered(real.parent_path(), "folder", named);
   }
+  require_elf(path);
   OpenedPlugin opened;
   opened.library = open_library(path);
   opened.raw = read_entry(*opened.library, path);
@@ -210,7 +228,7 @@ std::shared_ptr<Plugin> create_object(const OpenedPlugin& opened, const PluginCo
   } catch (const std::exception& e) {
     throw PluginError("plugin '" + name + "' (" + path + ") failed to start: " + e.what());
   } catch (...) {
-    throw PluginError("plugin '" + name + "' (" + path + ") failed to start: it threw a non-standard exception");
+    throw PluginError("plugin '" + name + "' (" + path + ") failed to start: it threw something that is not a std::exception");
   }
   if (!raw) throw PluginError("plugin '" + name + "' (" + path + "): create() returned no object (null)");
   return std::shared_ptr<Plugin>(raw, PluginDeleter{opened.library});

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "logging/metrics_history.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
 
@@ -273,5 +275,35 @@ TEST_SUITE("logging") {
     }
     std::fclose(tty);
     close(master);
+  }
+}
+
+TEST_SUITE("logging") {
+  TEST_CASE("read_logged_evaluations: the evaluations a resumed run continues, from every process's lines") {
+    auto dir = baton::test::scratch_dir("logging-history");
+    const fs::path path = dir / "metrics.jsonl";
+    // A first process trained to batch 16 (evaluating at 4, 8, 12, 16); a second resumed at 8 and went to 14,
+    // evaluating at 12 with another value, and died while writing its last line; a third now resumes at 12.
+    std::ofstream(path) << R"({"epoch":0,"batch":2,"sample":64,"train/loss":2.0}
+{"epoch":0,"batch":4,"sample":128,"eval/loss":1.5,"eval/accuracy":0.25}
+{"epoch":1,"batch":8,"sample":256,"eval/loss":1.0,"eval/accuracy":0.5,"eval_raw/accuracy":null}
+{"epoch":1,"batch":12,"sample":384,"eval/loss":0.8,"eval/accuracy":0.6}
+{"epoch":2,"batch":16,"sample":512,"eval/loss":0.7,"eval/accuracy":0.7}
+{"epoch":1,"batch":10,"sample":320,"train/loss":0.9}
+{"epoch":1,"batch":12,"sample":384,"eval/loss":0.75,"eval/accuracy":0.65}
+{"epoch":1,"batch":14,"sample":448,"eval/lo)";
+    auto evals = read_logged_evaluations(path.string(), 12);
+    REQUIRE(evals.size() == 3);
+    CHECK(evals[0].at.batch == 4);
+    CHECK(evals[0].metrics.at("eval/accuracy") == 0.25);
+    CHECK(evals[1].at.epoch == 1);
+    CHECK(evals[1].at.batch == 8);
+    CHECK(std::isnan(evals[1].metrics.at("eval_raw/accuracy")));
+    CHECK(evals[2].at.batch == 12);
+    CHECK(evals[2].metrics.at("eval/accuracy") == 0.65);  // the second process's, which the checkpoint continues
+    CHECK(evals[2].metrics.count("train/loss") == 0);
+
+    CHECK(read_logged_evaluations(path.string(), 11).size() == 2);
+    CHECK(read_logged_evaluations((dir / "none.jsonl").string(), 12).empty());
   }
 }

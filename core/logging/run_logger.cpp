@@ -1,5 +1,10 @@
 #include "logging/run_logger.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -11,20 +16,33 @@
 namespace baton {
 namespace {
 
-void open_metrics_file(std::ofstream& file, const std::string& path) {
+int open_metrics_file(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) throw Error("metrics file '" + path + "': cannot create its folder: " + ec.message());
   // Appending keeps the lines of the interrupted run when a resumed run writes to the same folder.
-  file.open(path, std::ios::app);
-  if (!file) throw Error("metrics file '" + path + "': cannot open it for writing");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("metrics file '" + path + "': cannot open it for writing: " + std::strerror(errno));
+  return fd;
+}
+
+void write_all(int fd, const std::string& path, const std::string& text) {
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t written = ::write(fd, data, left);
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0) throw Error("metrics file '" + path + "': write failed: " + std::strerror(errno));
+    data += written;
+    left -= static_cast<std::size_t>(written);
+  }
 }
 
 }  // namespace
 
 RunLogger::RunLogger(State& state, RunLoggerOptions options) : state_(state), options_(std::move(options)) {
-  if (options_.rank == 0 && !options_.metrics_path.empty()) open_metrics_file(metrics_file_, options_.metrics_path);
+  if (options_.rank == 0 && !options_.metrics_path.empty()) metrics_fd_ = open_metrics_file(options_.metrics_path);
 }
 
 RunLogger::~RunLogger() {
@@ -33,6 +51,7 @@ RunLogger::~RunLogger() {
   } catch (...) {
     // Nothing sensible to do with a failed write while tearing down; the destructor must not throw.
   }
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
 }
 
 void RunLogger::log_metric(std::string_view name, double value) {
@@ -56,14 +75,14 @@ void RunLogger::warn(std::string_view message) {
 
 void RunLogger::flush() {
   if (pending_.empty()) return;
-  if (metrics_file_.is_open()) {
+  if (metrics_fd_ >= 0) {
     const Timestamp& now = state_.timestamp();
     // ordered_json keeps the time fields first, which makes the file easy to read by eye.
     nlohmann::ordered_json line = {{"epoch", now.epoch}, {"batch", now.batch}, {"sample", now.sample}};
     for (const auto& [name, value] : pending_) line[name] = value;
-    metrics_file_ << line.dump() << '\n';
-    metrics_file_.flush();
-    if (!metrics_file_) throw Error("metrics file '" + options_.metrics_path + "': write failed");
+    pending_.clear();  // a line that failed is not retried on top of the next one
+    write_all(metrics_fd_, options_.metrics_path, line.dump() + "\n");
+    return;
   }
   pending_.clear();
 }

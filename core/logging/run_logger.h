@@ -1,9 +1,8 @@
 #pragma once
-// The run's logger: every metric goes to State::metrics, to <run folder>/metrics.jsonl (one JSON object per line:
-// {"epoch":..,"batch":..,"sample":..,"<name>":<value>, ...}, one line per flush), and to the console as a plain line
-// or a progress bar (see progress.h). Only rank 0 writes files and prints.
+// The run's logger: every metric goes to State::metrics and to <run folder>/metrics.jsonl (one JSON object per line:
+// {"epoch":..,"batch":..,"sample":..,"<name>":<value>, ...}, one line per flush); info and warning lines go to the
+// console (the trainer's progress bar, progress.h, shows the loss). Only rank 0 writes files and prints.
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +35,7 @@ class BATON_API RunLogger final : public Logger {
   /// Writes the metrics logged since the last flush as one metrics.jsonl line stamped with the state's current
   /// timestamp, and fsyncs nothing (a crash loses at most the last line). No-op when nothing is pending.
   /// NaN and infinite values are written as null (JSON has no literal for them). The destructor flushes too.
+  /// Throws baton::Error naming the file and the system's reason when the line cannot be written.
   void flush();
   /// Every warning so far, for the end-of-run summary.
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -43,7 +43,7 @@ class BATON_API RunLogger final : public Logger {
  private:
   State& state_;
   RunLoggerOptions options_;
-  std::ofstream metrics_file_;
+  int metrics_fd_ = -1;  // POSIX, so a failed write can say why (errno): a full disk, a read-only file system
   std::map<std::string, double> pending_;
   std::vector<std::string> warnings_;
 };

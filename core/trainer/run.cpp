@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,8 +12,11 @@
 #include <thread>
 #include <algorithm>
 
+#include <unistd.h>
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -68,7 +72,75 @@ std::string read_config_text(const RunConfig& config) {
   return text.str();
 }
 
+std::string count_text(std::int64_t n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+std::int64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+}
+
+// The training samples the config's dataset holds, reading only file headers; a missing folder or file is an
+// error at data.path.
+std::int64_t training_samples(const RunConfig& config) {
+  const DataSection& d = config.data;
+  if (d.dataset == "synthetic") {
+    // 1x28x28 float32 inputs: a size that cannot fit in memory fails here rather than in an allocation.
+    constexpr std::int64_t kSampleBytes = 28 * 28 * 4;
+    const std::int64_t memory = physical_memory_bytes();
+    for (const auto& [key, size] : {std::pair<std::string, std::int64_t>{"data.synthetic_train_size",
+                                                                          d.synthetic_train_size},
+                                    {"data.synthetic_eval_size", d.synthetic_eval_size}})
+      if (memory > 0 && size > memory / kSampleBytes)
+        throw ConfigError(config.where(key), key,
+                          "expected at most " + std::to_string(memory / kSampleBytes) + " (the samples that fit in "
+                          "this machine's " + std::to_string(memory >> 20) + " MiB of memory), got " +
+                          std::to_string(size));
+    return d.synthetic_train_size;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(d.path, ec))
+    throw ConfigError(config.where("data.path"), "data.path",
+                      "no such folder: '" + d.path + "' (the " + d.dataset + " IDX files go there; Debian's "
+                      "dataset-" + d.dataset + " package installs them in /usr/share/datasets/" + d.dataset + ")");
+  try {
+    idx_dataset_size(d.path, /*train=*/false, d.eval_subset);
+    return idx_dataset_size(d.path, /*train=*/true, d.train_subset);
+  } catch (const Error& e) {
+    throw ConfigError(config.where("data.path"), "data.path", e.what());
+  }
+}
+
 }  // namespace
+
+void check_against_data_and_machine(const RunConfig& config) {
+  const std::int64_t samples = training_samples(config);
+  if (config.data.batch_size > samples)
+    throw ConfigError(config.where("data.batch_size"), "data.batch_size",
+                      "expected at most the " + count_text(samples, "training sample") + " of " +
+                          config.data.dataset + ", got " + std::to_string(config.data.batch_size));
+  const std::int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  if (config.trainer.threads > cores)
+    throw ConfigError(config.where("trainer.threads"), "trainer.threads",
+                      "expected an integer in [0, " + std::to_string(cores) + "] (0 is one per core; this machine "
+                      "has " + count_text(cores, "core") + "), got " + std::to_string(config.trainer.threads));
+  const std::string& device = config.trainer.device;
+  if (device.rfind("cuda", 0) == 0) {
+    const std::int64_t gpus = at::hasCUDA() ? static_cast<std::int64_t>(at::getNumGPUs()) : 0;
+    // "cuda" is cuda:LOCAL_RANK in a distributed run (0 alone).
+    const std::string digits = device == "cuda" ? std::to_string(read_distributed_env().local_rank) : device.substr(5);
+    const std::int64_t index = digits.size() > 9 ? std::numeric_limits<std::int64_t>::max() : std::stoll(digits);
+    if (gpus == 0)
+      throw ConfigError(config.where("trainer.device"), "trainer.device",
+                        "\"" + device + "\" needs CUDA, but this baton's LibTorch " + TORCH_VERSION +
+                            " finds none (a CPU-only build, as Debian's is, or no GPU driver): set device = \"cpu\"");
+    if (index >= gpus)
+      throw ConfigError(config.where("trainer.device"), "trainer.device",
+                        "\"" + device + "\" needs CUDA device " + std::to_string(index) + ", but LibTorch sees " +
+                            count_text(gpus, "device"));
+  }
+}
 
 std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& scheduler) {
   if (scheduler.name == "constant" && scheduler.warmup.value() == 0) return nullptr;
@@ -88,6 +160,14 @@ std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& 
   };
 }
 
+PluginEntryError::PluginEntryError(const PluginEntry& entry, const std::string& reason)
+    : PluginError(ConfigError(entry.key_where, entry.key, reason).what()),
+      where_(entry.key_where),
+      key_(entry.key),
+      reason_(reason) {}
+
+PluginEntryError::~PluginEntryError() = default;
+
 std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure) {
   LoaderOptions loader_options;
   loader_options.search_paths = config.plugin_search_paths;
@@ -96,10 +176,18 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
   std::vector<LoadedPlugin> plugins;
   std::map<std::string, int> seen;
   for (const auto& entry : config.plugins) {
-    std::string path = entry.path.empty() ? loader.resolve(entry.name) : entry.path;
-    LoadedPlugin plugin = loader.load(path, entry.config);
-    if (!entry.name.empty() && plugin.info.name != entry.name)
-      throw PluginError(path + " is plugin '" + plugin.info.name + "', but the config asks for '" + entry.name + "'");
+    LoadedPlugin plugin;
+    try {
+      std::string path = entry.path.empty() ? loader.resolve(entry.name) : entry.path;
+      plugin = loader.load(path, entry.config);
+      if (!entry.name.empty() && plugin.info.name != entry.name)
+        throw PluginError(path + " is plugin '" + plugin.info.name + "', but the config asks for '" + entry.name +
+                          "'");
+    } catch (const ConfigError&) {
+      throw;  // a plugin's own key: already located
+    } catch (const PluginError& e) {
+      throw PluginEntryError(entry, e.what());
+    }
     int count = ++seen[plugin.info.name];
     plugin.id = count == 1 ? plugin.info.name : plugin.info.name + "#" + std::to_string(count);
     plugins.push_back(std::move(plugin));
@@ -108,6 +196,7 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
 }
 
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
+  check_against_data_and_machine(config);
   auto run = std::make_unique<Run>();
   run->config = config;
   // torchrun's variables (set by `baton launch`) make this process one rank of a data-parallel run.

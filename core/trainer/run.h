@@ -28,8 +28,30 @@ struct BATON_API Run {
   std::unique_ptr<Trainer> trainer;
 };
 
-/// Loads the config's plugins (validating their keys) in configured order, with unique ids.
+/// A plugin of the config that cannot be found, loaded or started. `baton train` fails with it (status 1, as for
+/// any plugin failure) and `baton check` reports it as the configuration problem it also is (status 2); both read
+/// "file:line:column: plugins.<index>.<name|path>: <reason>", at the entry's name or path.
+class BATON_API PluginEntryError : public PluginError {
+ public:
+  PluginEntryError(const PluginEntry& entry, const std::string& reason);
+  ~PluginEntryError() override;
+  ConfigError as_config_error() const { return ConfigError(where_, key_, reason_); }
+
+ private:
+  SourceLocation where_;
+  std::string key_;
+  std::string reason_;
+};
+
+/// Loads the config's plugins (validating their keys) in configured order, with unique ids. Throws
+/// PluginEntryError, or the ConfigError of a plugin's own key.
 BATON_API std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure);
+
+/// Checks what parsing alone cannot: the dataset folder and its files, data.batch_size against the training
+/// samples, synthetic sizes against this machine's memory, trainer.threads against its cores and trainer.device
+/// against the CUDA devices LibTorch sees. Throws ConfigError at the key. `baton check` and build_run call it, so
+/// check refuses what train would fail on.
+BATON_API void check_against_data_and_machine(const RunConfig& config);
 
 /// Builds everything. Throws ConfigError, PluginError or Error with a clear message.
 BATON_API std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options);

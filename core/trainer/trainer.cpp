@@ -33,6 +33,7 @@
 #include "baton/communicator.h"
 #include "engine/engine.h"
 #include "logging/eval_plot.h"
+#include "logging/metrics_history.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
 
@@ -164,7 +165,7 @@ struct Trainer::Impl {
     state.progress.samples_per_epoch = sampler.samples_per_epoch() * options.world_size;
 
     RunLoggerOptions log_options;
-    if (!options.run_dir.empty()) log_options.metrics_path = (fs::path(options.run_dir) / "metrics.jsonl").string();
+    if (!options.run_dir.empty()) log_options.metrics_path = metrics_path();
     log_options.quiet = options.quiet;
     log_options.rank = options.rank;
     logger = std::make_unique<RunLogger>(state, log_options);
@@ -181,6 +182,8 @@ struct Trainer::Impl {
     module->to(at::Device(options.device));
     for (auto& group : optimizer->param_groups()) base_lrs.push_back(group.options().get_lr());
   }
+
+  std::string metrics_path() const { return (fs::path(options.run_dir) / "metrics.jsonl").string(); }
 
   // --- events --------------------------------------------------------------------------------------------------
 
@@ -208,6 +211,7 @@ struct Trainer::Impl {
     trainer_state.set_int("seed", static_cast<std::int64_t>(options.seed));
     trainer_state.set_int("world_size", options.world_size);
     trainer_state.set_int("batch_size", options.batch_size);
+    trainer_state.set_string("max_duration", options.max_duration.str());
     {
       auto generator = at::globalContext().defaultGenerator(at::kCPU);
       std::lock_guard<std::mutex> lock(generator.mutex());
@@ -218,11 +222,8 @@ struct Trainer::Impl {
 
     for (const auto& [id, plugin] : plugins) {
       StateDict plugin_state;
-      try {
-        plugin->state_dict(plugin_state);
-      } catch (const std::exception& e) {
-        throw PluginError("plugin '" + id + "' failed to save its state: " + e.what());
-      }
+      call_plugin([&] { plugin->state_dict(plugin_state); },
+                  [&] { return "plugin '" + id + "' failed to save its state (state_dict)"; });
       data.sections.emplace_back("plugin/" + id, std::move(plugin_state));
     }
     data.files = extra_files;
@@ -268,9 +269,9 @@ struct Trainer::Impl {
     if (!options.quiet) logger->info("checkpoint " + path + " (" + format_number(seconds, 2) + " s)");
     for (const auto& hook : hooks) {
       try {
-        hook(path);
+        call_plugin([&] { hook(path); }, [&] { return "after saving " + path; });
       } catch (const std::exception& e) {
-        logger->warn(std::string("after saving ") + path + ": " + e.what());
+        logger->warn(e.what());
       }
     }
   }
@@ -309,8 +310,14 @@ struct Trainer::Impl {
     restore_model(data, path);
     if (with_training_state) {
       std::int64_t saved_world = options.world_size, saved_batch = options.batch_size;
-      if (const StateDict* saved = data.section("optimizer"))
-        import_optimizer_state(*optimizer, named_parameters(*module), *saved);
+      std::string saved_duration;
+      if (const StateDict* saved = data.section("optimizer")) {
+        try {
+          import_optimizer_state(*optimizer, named_parameters(*module), *saved);
+        } catch (const CheckpointError& e) {
+          throw CheckpointError("checkpoint " + path + ": " + e.what());
+        }
+      }
       if (const StateDict* saved = data.section("trainer")) {
         if (saved->has("seed") && saved->get_int("seed") != static_cast<std::int64_t>(options.seed))
           logger->warn("checkpoint " + path + " was written with seed " + std::to_string(saved->get_int("seed")) +
@@ -324,21 +331,19 @@ struct Trainer::Impl {
           if (key.rfind("metric/", 0) == 0) state.metrics[key.substr(7)] = saved->get_double(key);
         if (saved->has("world_size")) saved_world = saved->get_int("world_size");
         if (saved->has("batch_size")) saved_batch = saved->get_int("batch_size");
+        if (saved->has("max_duration")) saved_duration = saved->get_string("max_duration");
       }
       state.progress.now = data.timestamp;
       last_save_batch = data.timestamp.batch;
       if (saved_world != options.world_size || saved_batch != options.batch_size)
         continue_at_new_scale(path, saved_world, saved_batch);
+      if (!saved_duration.empty() && saved_duration != options.max_duration.str())
+        continue_to_new_duration(path, saved_duration);
     }
     for (const auto& [id, plugin] : plugins) {
       const StateDict* saved = data.section("plugin/" + id);
-      try {
-        plugin->load_state_dict(saved ? *saved : StateDict());
-      } catch (const ConfigError&) {
-        throw;
-      } catch (const std::exception& e) {
-        throw PluginError("plugin '" + id + "' failed to load its state from " + path + ": " + e.what());
-      }
+      call_plugin([&] { plugin->load_state_dict(saved ? *saved : StateDict()); },
+                  [&] { return "plugin '" + id + "' failed to load its state (load_state_dict) from " + path; });
     }
     for (const auto& [name, section] : data.sections) {
       if (name.rfind("plugin/", 0) != 0) continue;
@@ -373,14 +378,50 @@ struct Trainer::Impl {
     now.sample_in_epoch = kept;
   }
 
+  // A checkpoint written by a run of another max_duration. The lr schedule is a function of the run's length, so
+  // the resumed run continues on the curve of its own length, which is what extending a run asks for; when that
+  // moves the learning rate, the warning says from what to what.
+  void continue_to_new_duration(const std::string& path, const std::string& saved_text) {
+    const std::string change = "checkpoint " + path + " was written by a run of max_duration " + saved_text +
+                               "; this run has max_duration " + options.max_duration.str();
+    std::optional<Time> saved;
+    try {
+      saved = Time::parse(saved_text);
+    } catch (const TimeError&) {
+      // Not a time this baton reads: the change is still worth saying, without the lr.
+    }
+    if (saved && options.lr_schedule && !base_lrs.empty()) {
+      Progress before = state.progress;
+      before.max_duration = *saved;
+      const double lr_before = base_lrs.front() * options.lr_schedule(before);
+      const double lr_now = base_lrs.front() * options.lr_schedule(state.progress);
+      if (lr_before != lr_now) {
+        std::ostringstream lrs;
+        lrs << "; the learning-rate schedule follows the new length: the lr at " << format_timestamp(state.progress.now)
+            << " is " << lr_now << " instead of " << lr_before;
+        logger->warn(change + lrs.str());
+        return;
+      }
+    }
+    logger->info(saved ? change + " (the learning rate at this point is unchanged)" : change);
+  }
+
   void resume() {
     if (options.resume.empty()) return;
     std::string path = options.resume;
     if (path == "auto") {
       if (!store) throw Error("--resume auto needs a run folder");
+      // The folders skipped on the way are reported also when a newer-format checkpoint stops the search.
       std::vector<std::string> warnings;
-      auto newest = store->newest_valid(warnings);
+      std::optional<CheckpointInfo> newest;
+      std::exception_ptr refused;
+      try {
+        newest = store->newest_valid(warnings);
+      } catch (const CheckpointError&) {
+        refused = std::current_exception();
+      }
       for (const auto& w : warnings) logger->warn(w);
+      if (refused) std::rethrow_exception(refused);
       if (!newest) {
         logger->info("no checkpoint to resume from in " + store->dir() + ": starting fresh");
         return;
@@ -389,6 +430,10 @@ struct Trainer::Impl {
     }
     load(path, /*with_training_state=*/true);
     logger->info("resumed from " + path + " at " + format_timestamp(state.progress.now));
+    // The end-of-run table and chart cover the whole run: the evaluations before this point are in metrics.jsonl.
+    if (options.rank == 0 && !options.run_dir.empty())
+      for (auto& logged : read_logged_evaluations(metrics_path(), state.progress.now.batch))
+        evals.push_back(EvalRecord{logged.at, std::move(logged.metrics)});
   }
 
   // --- data parallel (no-ops in a single process) -------------------------------------------------------------
@@ -499,6 +544,8 @@ struct Trainer::Impl {
       bool is_eval_metric = name.rfind("eval", 0) == 0;
       if (is_eval_metric || it == before.end() || it->second != value) record.metrics[name] = value;
     }
+    // A run resumed at its very end evaluates again where its history's last evaluation was: one row per point.
+    if (!evals.empty() && evals.back().at.batch == record.at.batch) evals.pop_back();
     evals.push_back(std::move(record));
     last_eval_batch = state.progress.now.batch;
   }
@@ -554,11 +601,19 @@ struct Trainer::Impl {
   // --- training ------------------------------------------------------------------------------------------------
 
   bool stop_now() {
-    if (g_signal_count.load() > 0 && !state.stop_requested()) state.request_stop("interrupted by a signal");
+    if (g_signal_count.load() > 0 && !state.stop_requested()) state.request_stop(kInterruptedReason);
     if (external_stop.load() && !state.stop_requested()) state.request_stop(external_stop_reason);
-    // Every rank calls this at the same points, so agreeing here makes all ranks stop after the same batch.
-    if (comm() && comm()->any(state.stop_requested()) && !state.stop_requested())
-      state.request_stop("another rank stopped");
+    // Every rank calls this at the same points, so agreeing here makes all ranks stop after the same batch. A
+    // signal reaches the ranks one after another: the ranks agree on whether any had one, so a rank that is
+    // asked a moment before its own signal lands still reports the interrupt (and exits 130).
+    if (comm()) {
+      const bool interrupted = state.stop_requested() && state.stop_reason() == kInterruptedReason;
+      const auto counts = comm()->sum({state.stop_requested() ? 1.0 : 0.0, interrupted ? 1.0 : 0.0});
+      if (counts[1] > 0 && !state.stop_requested())
+        state.request_stop(kInterruptedReason);
+      else if (counts[0] > 0 && !state.stop_requested())
+        state.request_stop("another rank stopped");
+    }
     return state.stop_requested();
   }
 
@@ -576,6 +631,12 @@ struct Trainer::Impl {
     logger->log_metric("lr", optimizer->param_groups().front().options().get_lr());
     logger->flush();
     last_loss = mean;
+  }
+
+  // What the progress bar shows beside the count: the loss once this process has logged one, nothing before.
+  std::vector<std::pair<std::string, double>> bar_metrics() const {
+    if (!last_loss) return {};
+    return {{"loss", *last_loss}};
   }
 
   void train_epoch(at::Device device) {
@@ -638,7 +699,7 @@ struct Trainer::Impl {
         loss_sum.zero_();
         loss_count = 0;
       }
-      if (bar) bar->update(now.batch_in_epoch, {{"loss", last_loss}});
+      if (bar) bar->update(now.batch_in_epoch, bar_metrics());
 
       fire(Event::batch_end);
       bool stopping = stop_now();
@@ -648,14 +709,14 @@ struct Trainer::Impl {
       bool epoch_evaluates = epoch_ends && eval_due_at_epoch(now.epoch + 1);
       bool epoch_saves = epoch_ends && save_due_at_epoch(now.epoch + 1);
       if (eval_due_after_batch(fraction_before) || (final_batch && evaluations_enabled() && !epoch_evaluates)) {
-        if (bar) bar->finish({{"loss", last_loss}});
+        if (bar) bar->finish(bar_metrics());
         evaluate_in_fit();
       }
       bool save = save_due_after_batch() || (final_batch && saves_enabled() && !epoch_saves);
       checkpoint_event(Event::batch_checkpoint, save, TimeUnit::batch);
       if (stopping) break;
     }
-    if (bar) bar->finish({{"loss", last_loss}});
+    if (bar) bar->finish(bar_metrics());
     if (now.batch_in_epoch == batches) {
       now.epoch += 1;
       now.iteration += 1;
@@ -756,6 +817,12 @@ struct Trainer::Impl {
     std::vector<EvalResult> results;
     try {
       ensure_init();
+      // A plugin that keeps several sets of weights takes the request at init (State::eval_weights); one left
+      // untaken would evaluate the raw weights under the name asked for.
+      if (!options.eval_weights.empty() && state.eval_weights == options.eval_weights)
+        throw Error("evaluation with the \"" + options.eval_weights + "\" weights asked for (baton eval --weights), "
+                    "but no plugin of this run keeps more than one set of weights (the ema plugin does): evaluate "
+                    "without --weights, or with a config that loads such a plugin");
       if (!checkpoint.empty()) load(checkpoint, /*with_training_state=*/false);
       fire(Event::eval_standalone_start);
       results = run_evaluations();
@@ -786,7 +853,7 @@ struct Trainer::Impl {
   bool initialised = false;
   std::int64_t last_eval_batch = -1;
   std::int64_t last_save_batch = -1;
-  double last_loss = 0;
+  std::optional<double> last_loss;  // the train/loss this process last logged; none before its first log_interval
   std::atomic<bool> external_stop{false};
   std::string external_stop_reason;
 };

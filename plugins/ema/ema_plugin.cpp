@@ -162,6 +162,9 @@ class EmaAlgorithm final : public Algorithm {
     model_ = state.model;
     if (!state.eval_weights.empty() && state.eval_weights != "ema" && state.eval_weights != "raw")
       throw Error("unknown weights '" + state.eval_weights + "' to evaluate: expected \"ema\" or \"raw\"");
+    // Taking the request (State::eval_weights) tells the trainer that a plugin honours it.
+    eval_weights_ = state.eval_weights;
+    state.eval_weights.clear();
     // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
     if (settings_.sharded.value_or(true) && state.communicator && state.world_size > 1) {
       EmaOptions options = settings_.ema;
@@ -175,7 +178,9 @@ class EmaAlgorithm final : public Algorithm {
     started_ = false;
     updates_ = 0;
     if (posthoc_) posthoc_->reset(*model_);
-    if (settings_.eval == EvalMode::both &&
+    // A request for one set of weights (baton eval --weights) is one pass: eval = "both" would add a second one
+    // with the same weights.
+    if (settings_.eval == EvalMode::both && eval_weights_.empty() &&
         std::find(state.eval_labels.begin(), state.eval_labels.end(), kRawLabel) == state.eval_labels.end())
       state.eval_labels.push_back(kRawLabel);
   }
@@ -216,6 +221,7 @@ class EmaAlgorithm final : public Algorithm {
       logger.info("ema: sharded over " + std::to_string(state.world_size) + " ranks: each holds " +
                   byte_size(ema_.bytes()) + " of the " + byte_size(ema_.full_bytes()) +
                   " average and updates it without communication");
+    warn_if_never_started(state, logger);
     logger.log_metric("ema/smoothing", settings_.base_smoothing());
     double half_life = settings_.half_life_batches(state.progress.batches_per_epoch);
     if (std::isfinite(half_life)) logger.log_metric("ema/half_life_batches", half_life);
@@ -224,6 +230,19 @@ class EmaAlgorithm final : public Algorithm {
     if (selecting(state) && !ranking_.entries().empty())
       for (const auto& warning : publish_best(best_dir(state), ranking_)) logger.warn(warning);
     if (posthoc_) posthoc_fit_start(state, logger);
+  }
+
+  // The average starts at the first update point at or after ema_start; at the run's end or later it never
+  // departs from the weights, so every "EMA" result would be the raw weights under another name.
+  void warn_if_never_started(const State& state, Logger& logger) const {
+    if (started_) return;
+    const std::int64_t start = state.progress.to_batches(settings_.ema_start);
+    const std::int64_t end = state.progress.to_batches(state.progress.max_duration);
+    if (start < end) return;
+    logger.warn("ema: ema_start " + settings_.ema_start.str() + " (batch " + std::to_string(start) +
+                ") is at or beyond max_duration " + state.progress.max_duration.str() + " (batch " +
+                std::to_string(end) + "): the average never starts, so the EMA evaluations and ema.safetensors hold "
+                "the raw weights; set an earlier ema_start");
   }
 
   void posthoc_fit_start(State& state, Logger& logger) {
@@ -267,7 +286,7 @@ class EmaAlgorithm final : public Algorithm {
 
   bool wants_ema(const State& state) const {
     if (state.eval_label != "eval") return false;
-    if (!state.eval_weights.empty()) return state.eval_weights == "ema";
+    if (!eval_weights_.empty()) return eval_weights_ == "ema";
     return settings_.eval != EvalMode::raw;
   }
 
@@ -296,15 +315,20 @@ class EmaAlgorithm final : public Algorithm {
 
   void on_checkpoint(State& state, Logger& logger) {
     if (state.checkpoint == nullptr) return;
-    StateDict file;
     NamedTensors weights = inference_weights();  // every rank: a sharded EMA gathers
     if (started_) checkpoint_shadow_ = weights;   // the same tensors serve state_dict right after
-    for (auto& [name, tensor] : weights) file.set_tensor(name, tensor);
+    state.checkpoint->add_tensors_file(kExportFile, export_file(weights));
+    select(state, logger);
+  }
+
+  // Every ema.safetensors (in checkpoints, best/ and the run folder) is this, with the keys docs/ema.md lists.
+  StateDict export_file(const NamedTensors& weights) const {
+    StateDict file;
+    for (const auto& [name, tensor] : weights) file.set_tensor(name, tensor);
     file.set_bool("ema_started", started_);
     file.set_int("ema_updates", updates_);
     file.set_double("smoothing", settings_.base_smoothing());
-    state.checkpoint->add_tensors_file(kExportFile, file);
-    select(state, logger);
+    return file;
   }
 
   // The ranking takes the candidate before the checkpoint captures this plugin's state, so the checkpoint
@@ -332,11 +356,8 @@ class EmaAlgorithm final : public Algorithm {
     if (state.rank != 0 && !(started_ && ema_.sharded())) return;
     NamedTensors weights = inference_weights();  // a collective when sharded: every rank takes part
     if (state.rank != 0) return;
-    std::map<std::string, std::string> metadata{{"format", "pt"},
-                                                {"baton.ema_started", started_ ? "true" : "false"},
-                                                {"baton.ema_updates", std::to_string(updates_)}};
     fs::create_directories(state.run_dir);
-    write_safetensors_atomic((fs::path(state.run_dir) / kExportFile).string(), weights, metadata);
+    write_state_dict_atomic((fs::path(state.run_dir) / kExportFile).string(), export_file(weights));
   }
 
   // What inference should use: the average once it has started, the raw weights before.
@@ -353,6 +374,7 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   EmaSettings settings_;
+  std::string eval_weights_;  // "ema" or "raw" when the evaluation asked for one set (State::eval_weights)
   ExponentialMovingAverage ema_;
   Ranking ranking_;
   torch::nn::Module* model_ = nullptr;

@@ -1,5 +1,7 @@
 #pragma once
-// What a plugin logs through. Metrics go to the console, metrics.jsonl and State::metrics at the current time.
+// What a plugin logs through. Metrics go to State::metrics at once and to the run's metrics.jsonl at the current
+// time (written at the trainer's next flush: a train/loss log or the end of an evaluation); they are not printed.
+// info and warn lines go to the console (rank 0).
 #include <string_view>
 
 #include "baton/export.h"

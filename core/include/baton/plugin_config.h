@@ -14,6 +14,10 @@
 
 namespace baton {
 
+/// Whether a time key may be zero. Most intervals may not: "every 0 batches" has no meaning, and code that takes
+/// a count modulo it divides by zero.
+enum class TimeZero { allowed, rejected };
+
 class BATON_API PluginConfig {
  public:
   /// An empty configuration (for plugins created from code).
@@ -51,6 +55,13 @@ class BATON_API PluginConfig {
   /// The same, or `fallback` when the key is absent (the fallback's unit is not checked).
   Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units) const {
     return has(key) ? get_time(key, units) : fallback;
+  }
+  /// get_time that, with TimeZero::rejected, also refuses a zero time: "plugins.<plugin>.every: expected a time
+  /// > 0, got string \"0ba\"".
+  Time get_time(std::string_view key, const std::vector<TimeUnit>& units, TimeZero zero) const;
+  /// The same, or `fallback` when the key is absent (the fallback is not checked).
+  Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units, TimeZero zero) const {
+    return has(key) ? get_time(key, units, zero) : fallback;
   }
   /// Keys in file order.
   std::vector<std::string> keys() const;

@@ -14,6 +14,7 @@
 
 #include "baton/error.h"
 #include "baton/export.h"
+#include "baton/state_dict.h"
 
 namespace baton {
 
@@ -34,6 +35,15 @@ BATON_API FileDigest write_safetensors(const std::string& path, const NamedTenso
 /// exist. Throws baton::Error naming the file.
 BATON_API FileDigest write_safetensors_atomic(const std::string& path, const NamedTensors& tensors,
                                               const std::map<std::string, std::string>& metadata = {});
+
+/// The metadata a StateDict's scalars become in a safetensors file, as a checkpoint stores a file a plugin adds
+/// (CheckpointInProgress::add_tensors_file): one entry per scalar holding the scalar's JSON text ("0.999", "true",
+/// "12"), so Python's safetensors reads plain strings and the types survive the trip back.
+BATON_API std::map<std::string, std::string> state_dict_metadata(const StateDict& content);
+
+/// write_safetensors_atomic of a StateDict: its tensors under their keys, its scalars as state_dict_metadata. A
+/// plugin that also writes a file of its own outside checkpoints writes it in the same form as its checkpoint copies.
+BATON_API FileDigest write_state_dict_atomic(const std::string& path, const StateDict& content);
 
 struct BATON_API SafetensorsContents {
   NamedTensors tensors;  // CPU tensors, in file order

@@ -59,7 +59,9 @@ struct BATON_API State {
   /// The evaluation pass running now; empty outside evaluation.
   std::string eval_label;
   /// Which weights a standalone evaluation should use when a plugin keeps more than one set ("ema", "raw");
-  /// empty for the plugin's own default (`baton eval --weights`).
+  /// empty for the plugin's own default (`baton eval --weights`). A plugin that keeps several sets takes the
+  /// request at init: it keeps the value and clears this field. A request still here after init is an error (no
+  /// plugin of the run can honour it), so the raw weights are never evaluated under another set's name.
   std::string eval_weights;
 
   /// The run folder (metrics.jsonl, checkpoints/); empty when the run writes nothing.

@@ -112,6 +112,10 @@ class BATON_API Trainer {
 /// fit_end); a second signal exits at once with status 130.
 BATON_API void install_stop_signal_handlers();
 
+/// FitResult::stop_reason of a run stopped by SIGINT/SIGTERM; in a data-parallel run, on every rank once any rank
+/// had the signal.
+inline constexpr const char* kInterruptedReason = "interrupted by a signal";
+
 /// Which BLAS library LibTorch runs on, from the libraries loaded in this process ("OpenBLAS (…path…)",
 /// "reference BLAS (…)", or "unknown").
 BATON_API std::string blas_description();
