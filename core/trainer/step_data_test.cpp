@@ -346,3 +346,72 @@ TEST_SUITE("step_data") {
           doctest::Approx(hard_result.evals[1].metrics.at("eval/loss")).epsilon(1e-5));
   }
 }
+
+namespace {
+
+std::vector<double> values_of(const at::Tensor& t) {
+  at::Tensor d = t.detach().to(at::kDouble).cpu().contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+// The size of the batch on State at each before_forward, and the loss on State at each batch_end.
+struct MicrobatchWatch : baton::Algorithm {
+  std::vector<std::int64_t> sizes;
+  std::vector<double> losses;
+  bool match(Event e, const baton::State&) override { return e == Event::before_forward || e == Event::batch_end; }
+  void apply(Event e, baton::State& s, baton::Logger&) override {
+    if (e == Event::before_forward)
+      sizes.push_back(s.batch.inputs.size(0));
+    else
+      losses.push_back(s.loss.item<double>());
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("microbatch") {
+  TEST_CASE("microbatches of 12 train an mlp as its whole batches of 32 do, to float rounding") {
+    auto options = quiet_options();
+    options.max_duration = Time(1, TimeUnit::epoch);
+    auto whole = make_trainer(options, "mlp");
+    auto whole_watch = std::make_shared<MicrobatchWatch>();
+    whole->add_plugin("watch", whole_watch);
+    const auto whole_result = whole->fit();
+
+    options.microbatch_size = 12;
+    auto split = make_trainer(options, "mlp");
+    auto split_watch = std::make_shared<MicrobatchWatch>();
+    split->add_plugin("watch", split_watch);
+    const auto split_result = split->fit();
+
+    // 3 batches of 32: the forward events fire per microbatch, 12 + 12 + 8, each with its microbatch on State.
+    CHECK(whole_watch->sizes == std::vector<std::int64_t>{32, 32, 32});
+    CHECK(split_watch->sizes == std::vector<std::int64_t>{12, 12, 8, 12, 12, 8, 12, 12, 8});
+    // Time counts batches and samples as without microbatches.
+    CHECK(split_result.end.batch == 3);
+    CHECK(split_result.end.sample == whole_result.end.sample);
+    // The loss on State at batch_end is the batch's: the microbatches' losses weighted by their shares.
+    REQUIRE(split_watch->losses.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i)
+      CHECK(split_watch->losses[i] == doctest::Approx(whole_watch->losses[i]).epsilon(1e-6));
+    // The weights after three steps: equal to 1e-6 relative (the norm of the difference against the norm).
+    auto a = whole->model().named_parameters(true);
+    auto b = split->model().named_parameters(true);
+    REQUIRE(a.size() == b.size());
+    for (const auto& item : a) {
+      CAPTURE(item.key());
+      const auto x = values_of(item.value());
+      const auto y = values_of(b[item.key()]);
+      REQUIRE(x.size() == y.size());
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        diff += (x[i] - y[i]) * (x[i] - y[i]);
+        norm += x[i] * x[i];
+      }
+      CHECK(std::sqrt(diff) <= 1e-6 * std::sqrt(norm));
+    }
+    REQUIRE(split_result.evals.size() == 1);
+    CHECK(split_result.evals[0].metrics.at("eval/loss") ==
+          doctest::Approx(whole_result.evals[0].metrics.at("eval/loss")).epsilon(1e-6));
+  }
+}

@@ -17,6 +17,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
@@ -653,6 +654,52 @@ struct Trainer::Impl {
     return {{"loss", *last_loss}};
   }
 
+  // Forward, loss and backward of one step on State's data, firing before_forward … after_backward. Each value is
+  // read back from State after the events that may replace it (Composer's state.batch, state.outputs, state.loss),
+  // so a plugin's inputs, targets, outputs or loss term take effect.
+  at::Tensor step_once() {
+    fire(Event::before_forward);
+    state.outputs = model.forward(state.batch.inputs);
+    fire(Event::after_forward);
+    fire(Event::before_loss);
+    state.loss = compute_loss(state.outputs, state.batch.targets);
+    fire(Event::after_loss);
+    fire(Event::before_backward);
+    return state.loss;
+  }
+
+  // The batch's forward and backward passes; returns the loss backpropagated, detached. With microbatch_size set
+  // (Composer's device_train_microbatch_size) the batch is split: before_forward … after_backward fire per
+  // microbatch with that microbatch on State, and each microbatch's loss is weighted by its share of the batch, so
+  // the accumulated gradients are those of the whole batch's mean loss. After the last one State holds the whole
+  // batch again, the outputs of all microbatches and the weighted sum of their losses.
+  at::Tensor forward_backward() {
+    const std::int64_t n = state.batch.inputs.size(0);
+    const std::int64_t step = options.microbatch_size;
+    if (step <= 0 || step >= n) {
+      const at::Tensor loss = step_once();
+      loss.backward();
+      fire(Event::after_backward);
+      return loss.detach();
+    }
+    const Batch whole = state.batch;
+    std::vector<at::Tensor> outputs;
+    at::Tensor total;
+    for (std::int64_t begin = 0; begin < n; begin += step) {
+      const std::int64_t end = std::min(n, begin + step);
+      state.batch = Batch{whole.inputs.slice(0, begin, end), whole.targets.slice(0, begin, end)};
+      const at::Tensor weighted = step_once() * (static_cast<double>(end - begin) / static_cast<double>(n));
+      weighted.backward();
+      fire(Event::after_backward);
+      outputs.push_back(state.outputs.detach());
+      total = total.defined() ? total + weighted.detach() : weighted.detach();
+    }
+    state.batch = whole;
+    state.outputs = at::cat(outputs);
+    state.loss = total;
+    return total;
+  }
+
   void train_epoch(at::Device device) {
     auto& now = state.progress.now;
     const std::int64_t batches = sampler.batches_per_epoch();
@@ -691,18 +738,7 @@ struct Trainer::Impl {
       fire(Event::before_train_batch);
       optimizer->zero_grad();
       broadcast_buffers();
-      fire(Event::before_forward);
-      // Each value is read back from State after the events that may replace it (Composer's state.batch,
-      // state.outputs, state.loss): a plugin's inputs, targets, outputs or loss term take effect.
-      state.outputs = model.forward(state.batch.inputs);
-      fire(Event::after_forward);
-      fire(Event::before_loss);
-      state.loss = compute_loss(state.outputs, state.batch.targets);
-      fire(Event::after_loss);
-      fire(Event::before_backward);
-      const at::Tensor loss = state.loss;
-      loss.backward();
-      fire(Event::after_backward);
+      const at::Tensor loss = forward_backward();
       average_gradients();
       optimizer->step();
       fire(Event::after_train_batch);
