@@ -370,6 +370,34 @@ TEST_SUITE("cli") {
     CHECK(contains(trace.err, "trace: ema/batch_end"));
   }
 
+  TEST_CASE("every value a plugin logs is in metrics.jsonl at its own batch; eval metrics print beside the loss") {
+    // fixture_callback logs its batch_end count at every batch_end: 4 epochs of 8 batches give 32 values, the
+    // count n at batch n, although train/loss is written only every epoch (log_interval 50ba).
+    auto dir = scratch("per-batch-metrics");
+    write(dir / "run.toml",
+          quick_config_with("max_duration = \"2ep\"", "max_duration = \"4ep\"") + "\n[[plugins]]\npath = \"" +
+              fixture("fixture_callback") + "\"\n");
+    auto run = run_baton(dir, {"train", "run.toml", "--allow-insecure-plugins"});
+    REQUIRE(run.status == 0);
+    std::ifstream in(dir / "runs" / "quick" / "metrics.jsonl");
+    std::vector<std::int64_t> batches;
+    for (std::string line; std::getline(in, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (!row.contains("fixture_callback/batch_end")) continue;
+      batches.push_back(row["batch"].get<std::int64_t>());
+      CHECK(row["fixture_callback/batch_end"].get<double>() == static_cast<double>(batches.back()));
+    }
+    std::vector<std::int64_t> expected(32);
+    for (std::int64_t i = 0; i < 32; ++i) expected[i] = i + 1;
+    CHECK(batches == expected);
+    // The eval set, 256 samples in one batch of 256: the plugin's count is 1 on the evaluation's line.
+    const std::string printed = run.out + run.err;
+    REQUIRE(contains(printed, "[ep 1 ba 8] eval: loss "));
+    const auto line_start = printed.find("[ep 1 ba 8] eval: loss ");
+    const std::string eval_line = printed.substr(line_start, printed.find('\n', line_start) - line_start);
+    CHECK(contains(eval_line, "  fixture_callback/eval_batches 1.0000  ("));
+  }
+
   TEST_CASE("metrics.jsonl that cannot be written: the error carries the system's reason") {
     auto dir = scratch("metrics-errors");
     write(dir / "run.toml", quick_config());

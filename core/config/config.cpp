@@ -241,6 +241,7 @@ void read_trainer(Section s, TrainerSection& trainer) {
   read_device(s, "device", trainer.device);
   read_int(s, "threads", trainer.threads, 0);
   read_time(s, "log_interval", trainer.log_interval, {TimeUnit::batch}, Zero::rejected);
+  read_int(s, "microbatch_size", trainer.microbatch_size, 0);
   read_bool(s, "progress", trainer.progress);
   s.reject_unknown();
 }

@@ -92,6 +92,7 @@ TEST_SUITE("config") {
     CHECK(c.trainer.device == "cpu");
     CHECK(c.trainer.threads == 0);
     CHECK(c.trainer.log_interval == Time(50, TimeUnit::batch));
+    CHECK(c.trainer.microbatch_size == 0);
     CHECK(c.trainer.progress);
     CHECK(c.checkpoint.save_interval == Time(1, TimeUnit::epoch));
     CHECK(c.checkpoint.keep_last == 0);
@@ -140,6 +141,7 @@ device = "cuda:1"
 threads = 2
 log_interval = "10ba"
 progress = false
+microbatch_size = 8
 [checkpoint]
 save_interval = "200ba"
 keep_last = 3
@@ -176,6 +178,7 @@ allow_insecure = true
     CHECK(c.trainer.device == "cuda:1");
     CHECK(c.trainer.threads == 2);
     CHECK(c.trainer.log_interval.str() == "10ba");
+    CHECK(c.trainer.microbatch_size == 8);
     CHECK_FALSE(c.trainer.progress);
     CHECK(c.checkpoint.save_interval.str() == "200ba");
     CHECK(c.checkpoint.keep_last == 3);

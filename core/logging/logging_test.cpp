@@ -111,6 +111,40 @@ TEST_SUITE("logging") {
     CHECK(lines[2].size() == 4);
   }
 
+  TEST_CASE("each value keeps the time it was logged at, and nothing logged between flushes is merged or lost") {
+    const auto dir = test::scratch_dir("logging-per-step");
+    const auto path = dir / "metrics.jsonl";
+    State state;
+    {
+      RunLogger logger(state, RunLoggerOptions{path.string(), false, false, 0, stderr});
+      for (std::int64_t batch = 1; batch <= 3; ++batch) {
+        state.progress.now.batch = batch;
+        state.progress.now.sample = batch * 32;
+        logger.log_metric("plugin/value", 10.0 * batch);
+        if (batch == 2) logger.log_metric("other/value", 7);  // shares batch 2's line
+      }
+      logger.log_metric("plugin/value", 31);  // the same name twice at batch 3: a line of its own
+      logger.begin_capture();
+      logger.log_metric("eval/loss", 1.5);
+      logger.log_metric("plugin/eval", 2);
+      logger.log_metric("eval/loss", 1.25);
+      CHECK(logger.end_capture() == std::vector<std::pair<std::string, double>>{{"eval/loss", 1.25}, {"plugin/eval", 2}});
+      logger.flush();
+    }
+    std::ifstream in(path);
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == 5);
+    CHECK(lines[0] == nlohmann::json{{"epoch", 0}, {"batch", 1}, {"sample", 32}, {"plugin/value", 10.0}});
+    CHECK(lines[1] ==
+          nlohmann::json{{"epoch", 0}, {"batch", 2}, {"sample", 64}, {"plugin/value", 20.0}, {"other/value", 7.0}});
+    CHECK(lines[2] == nlohmann::json{{"epoch", 0}, {"batch", 3}, {"sample", 96}, {"plugin/value", 30.0}});
+    // Other names at the same time share the line; a name again starts the next one.
+    CHECK(lines[3] == nlohmann::json{{"epoch", 0}, {"batch", 3}, {"sample", 96}, {"plugin/value", 31.0},
+                                     {"eval/loss", 1.5}, {"plugin/eval", 2.0}});
+    CHECK(lines[4] == nlohmann::json{{"epoch", 0}, {"batch", 3}, {"sample", 96}, {"eval/loss", 1.25}});
+  }
+
   TEST_CASE("a second logger on the same file appends") {
     const auto dir = test::scratch_dir("logging-append");
     const auto path = (dir / "metrics.jsonl").string();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -54,10 +55,39 @@ RunLogger::~RunLogger() {
   if (metrics_fd_ >= 0) ::close(metrics_fd_);
 }
 
+namespace {
+
+// The fields a metrics.jsonl line is stamped with.
+bool same_line_time(const Timestamp& a, const Timestamp& b) {
+  return a.epoch == b.epoch && a.batch == b.batch && a.sample == b.sample;
+}
+
+}  // namespace
+
 void RunLogger::log_metric(std::string_view name, double value) {
   const std::string key(name);
   state_.metrics[key] = value;
-  pending_[key] = value;
+  const Timestamp& now = state_.timestamp();
+  if (pending_.empty() || !same_line_time(pending_.back().at, now) || pending_.back().values.count(key))
+    pending_.push_back(PendingLine{now, {}});
+  pending_.back().values[key] = value;
+  if (capturing_) {
+    auto it = std::find_if(captured_.begin(), captured_.end(), [&](const auto& item) { return item.first == key; });
+    if (it == captured_.end())
+      captured_.emplace_back(key, value);
+    else
+      it->second = value;
+  }
+}
+
+void RunLogger::begin_capture() {
+  capturing_ = true;
+  captured_.clear();
+}
+
+std::vector<std::pair<std::string, double>> RunLogger::end_capture() {
+  capturing_ = false;
+  return std::move(captured_);
 }
 
 void RunLogger::info(std::string_view message) {
@@ -75,16 +105,18 @@ void RunLogger::warn(std::string_view message) {
 
 void RunLogger::flush() {
   if (pending_.empty()) return;
-  if (metrics_fd_ >= 0) {
-    const Timestamp& now = state_.timestamp();
+  std::vector<PendingLine> lines;
+  lines.swap(pending_);  // lines that failed are not retried on top of the next ones
+  if (metrics_fd_ < 0) return;
+  std::string text;
+  for (const auto& pending : lines) {
+    const Timestamp& at = pending.at;
     // ordered_json keeps the time fields first, which makes the file easy to read by eye.
-    nlohmann::ordered_json line = {{"epoch", now.epoch}, {"batch", now.batch}, {"sample", now.sample}};
-    for (const auto& [name, value] : pending_) line[name] = value;
-    pending_.clear();  // a line that failed is not retried on top of the next one
-    write_all(metrics_fd_, options_.metrics_path, line.dump() + "\n");
-    return;
+    nlohmann::ordered_json line = {{"epoch", at.epoch}, {"batch", at.batch}, {"sample", at.sample}};
+    for (const auto& [name, value] : pending.values) line[name] = value;
+    text += line.dump() + "\n";
   }
-  pending_.clear();
+  write_all(metrics_fd_, options_.metrics_path, text);
 }
 
 }  // namespace baton

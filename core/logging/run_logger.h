@@ -1,11 +1,13 @@
 #pragma once
 // The run's logger: every metric goes to State::metrics and to <run folder>/metrics.jsonl (one JSON object per line:
-// {"epoch":..,"batch":..,"sample":..,"<name>":<value>, ...}, one line per flush); info and warning lines go to the
-// console (the trainer's progress bar, progress.h, shows the loss). Only rank 0 writes files and prints.
+// {"epoch":..,"batch":..,"sample":..,"<name>":<value>, ...}), each value in a line stamped with the time at which it
+// was logged, so nothing logged between two flushes is merged into another step or dropped; info and warning lines
+// go to the console (the trainer's progress bar, progress.h, shows the loss). Only rank 0 writes files and prints.
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/logger.h"
@@ -32,19 +34,32 @@ class BATON_API RunLogger final : public Logger {
   void info(std::string_view message) override;
   void warn(std::string_view message) override;
 
-  /// Writes the metrics logged since the last flush as one metrics.jsonl line stamped with the state's current
-  /// timestamp, and fsyncs nothing (a crash loses at most the last line). No-op when nothing is pending.
+  /// Writes the metrics logged since the last flush to metrics.jsonl: one line per time at which metrics were
+  /// logged, stamped with that time (a value logged at batch_end of batch N is in a line of batch N). A name logged
+  /// twice at the same time gets a second line, so no value is lost. fsyncs nothing (a crash loses at most the
+  /// lines of one flush). No-op when nothing is pending.
   /// NaN and infinite values are written as null (JSON has no literal for them). The destructor flushes too.
   /// Throws baton::Error naming the file and the system's reason when the line cannot be written.
   void flush();
   /// Every warning so far, for the end-of-run summary.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
+  /// Starts keeping the metrics logged from now on (the trainer prints those of an evaluation pass on its line).
+  void begin_capture();
+  /// The metrics logged since begin_capture, in the order first logged, each with its latest value; stops keeping.
+  std::vector<std::pair<std::string, double>> end_capture();
+
  private:
+  struct PendingLine {
+    Timestamp at;
+    std::map<std::string, double> values;
+  };
   State& state_;
   RunLoggerOptions options_;
   int metrics_fd_ = -1;  // POSIX, so a failed write can say why (errno): a full disk, a read-only file system
-  std::map<std::string, double> pending_;
+  std::vector<PendingLine> pending_;
+  bool capturing_ = false;
+  std::vector<std::pair<std::string, double>> captured_;
   std::vector<std::string> warnings_;
 };
 

@@ -1,4 +1,4 @@
-#include <doctest/doctest.h>
+#include "baton_test.h"  // first: it orders c10's and doctest's CHECK macros (the SDK includes ATen)
 
 #include <string>
 #include <vector>

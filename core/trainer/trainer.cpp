@@ -17,8 +17,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Reduction.h>
-#include <ATen/ops/argmax.h>
-#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
@@ -36,6 +35,7 @@
 #include "logging/metrics_history.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
+#include "trainer/step_metrics.h"
 
 namespace fs = std::filesystem;
 
@@ -465,7 +465,15 @@ struct Trainer::Impl {
 
   at::Tensor compute_loss(const at::Tensor& output, const at::Tensor& target) {
     if (options.loss) return options.loss(output, target);
-    return at::cross_entropy_loss(output, target);
+    return default_loss(output, target);
+  }
+
+  // The step's data leaves State once its window closes (batch_end, eval_batch_end), so no event outside the
+  // window sees a stale batch, and the tensors are freed before evaluation and checkpoints.
+  void clear_step_data() {
+    state.batch = Batch();
+    state.outputs = at::Tensor();
+    state.loss = at::Tensor();
   }
 
   // One pass over the evaluation set with the weights the model holds now (plugins may have swapped them at
@@ -473,6 +481,8 @@ struct Trainer::Impl {
   EvalResult evaluation_pass(const std::string& label) {
     at::Device device(options.device);
     state.eval_label = label;
+    // What plugins log during the pass (eval_start … eval_end) is printed on the pass's line.
+    logger->begin_capture();
     fire(Event::eval_start);
     bool was_training = module->is_training();
     module->eval();
@@ -486,16 +496,17 @@ struct Trainer::Impl {
       const std::int64_t n = eval.size() * (options.rank + 1) / options.world_size;
       for (std::int64_t begin = shard_begin; begin < n; begin += options.eval_batch_size) {
         std::int64_t end = std::min(n, begin + options.eval_batch_size);
+        state.batch.inputs = eval.inputs.slice(0, begin, end).to(device);
+        state.batch.targets = eval.targets.slice(0, begin, end).to(device);
         fire(Event::eval_batch_start);
-        at::Tensor inputs = eval.inputs.slice(0, begin, end).to(device);
-        at::Tensor targets = eval.targets.slice(0, begin, end).to(device);
         fire(Event::eval_before_forward);
-        at::Tensor output = model.forward(inputs);
+        state.outputs = model.forward(state.batch.inputs);
         fire(Event::eval_after_forward);
-        loss_sum += compute_loss(output, targets).item<double>() * static_cast<double>(end - begin);
-        correct += output.argmax(1).eq(targets).sum().item<std::int64_t>();
+        loss_sum += compute_loss(state.outputs, state.batch.targets).item<double>() * static_cast<double>(end - begin);
+        correct += count_correct(state.outputs, state.batch.targets);
         seen += end - begin;
         fire(Event::eval_batch_end);
+        clear_step_data();
       }
     }
     if (was_training) module->train();
@@ -513,11 +524,15 @@ struct Trainer::Impl {
     logger->log_metric(label + "/loss", result.loss);
     logger->log_metric(label + "/accuracy", result.accuracy);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    fire(Event::eval_end);
+    std::string plugin_metrics;
+    for (const auto& [name, value] : logger->end_capture())
+      if (name != label + "/loss" && name != label + "/accuracy")
+        plugin_metrics += "  " + name + " " + format_number(value);
     if (!options.quiet)
       logger->info("[" + format_timestamp(state.progress.now) + "] " + label + ": loss " + format_number(result.loss) +
-                   "  accuracy " + format_number(result.accuracy) + "  (" + std::to_string(seen) + " samples, " +
-                   format_number(seconds, 1) + " s)");
-    fire(Event::eval_end);
+                   "  accuracy " + format_number(result.accuracy) + plugin_metrics + "  (" + std::to_string(seen) +
+                   " samples, " + format_number(seconds, 1) + " s)");
     return result;
   }
 
@@ -639,6 +654,52 @@ struct Trainer::Impl {
     return {{"loss", *last_loss}};
   }
 
+  // Forward, loss and backward of one step on State's data, firing before_forward … after_backward. Each value is
+  // read back from State after the events that may replace it (Composer's state.batch, state.outputs, state.loss),
+  // so a plugin's inputs, targets, outputs or loss term take effect.
+  at::Tensor step_once() {
+    fire(Event::before_forward);
+    state.outputs = model.forward(state.batch.inputs);
+    fire(Event::after_forward);
+    fire(Event::before_loss);
+    state.loss = compute_loss(state.outputs, state.batch.targets);
+    fire(Event::after_loss);
+    fire(Event::before_backward);
+    return state.loss;
+  }
+
+  // The batch's forward and backward passes; returns the loss backpropagated, detached. With microbatch_size set
+  // (Composer's device_train_microbatch_size) the batch is split: before_forward … after_backward fire per
+  // microbatch with that microbatch on State, and each microbatch's loss is weighted by its share of the batch, so
+  // the accumulated gradients are those of the whole batch's mean loss. After the last one State holds the whole
+  // batch again, the outputs of all microbatches and the weighted sum of their losses.
+  at::Tensor forward_backward() {
+    const std::int64_t n = state.batch.inputs.size(0);
+    const std::int64_t step = options.microbatch_size;
+    if (step <= 0 || step >= n) {
+      const at::Tensor loss = step_once();
+      loss.backward();
+      fire(Event::after_backward);
+      return loss.detach();
+    }
+    const Batch whole = state.batch;
+    std::vector<at::Tensor> outputs;
+    at::Tensor total;
+    for (std::int64_t begin = 0; begin < n; begin += step) {
+      const std::int64_t end = std::min(n, begin + step);
+      state.batch = Batch{whole.inputs.slice(0, begin, end), whole.targets.slice(0, begin, end)};
+      const at::Tensor weighted = step_once() * (static_cast<double>(end - begin) / static_cast<double>(n));
+      weighted.backward();
+      fire(Event::after_backward);
+      outputs.push_back(state.outputs.detach());
+      total = total.defined() ? total + weighted.detach() : weighted.detach();
+    }
+    state.batch = whole;
+    state.outputs = at::cat(outputs);
+    state.loss = total;
+    return total;
+  }
+
   void train_epoch(at::Device device) {
     auto& now = state.progress.now;
     const std::int64_t batches = sampler.batches_per_epoch();
@@ -665,32 +726,27 @@ struct Trainer::Impl {
     while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration) && !stop_now()) {
       double fraction_before = state.progress.fraction();
       fire(Event::before_dataloader);
-      Batch batch = gather_batch(train, sampler.batch_indices(now.epoch, now.batch_in_epoch));
-      batch.inputs = batch.inputs.to(device);
-      batch.targets = batch.targets.to(device);
+      std::int64_t drawn = 0;  // time counts the samples drawn, whatever a plugin makes of the batch on State
+      {
+        Batch batch = gather_batch(train, sampler.batch_indices(now.epoch, now.batch_in_epoch));
+        drawn = batch.size();
+        state.batch = Batch{batch.inputs.to(device), batch.targets.to(device)};
+      }
       fire(Event::after_dataloader);
       fire(Event::batch_start);
       apply_lr_schedule();
       fire(Event::before_train_batch);
       optimizer->zero_grad();
       broadcast_buffers();
-      fire(Event::before_forward);
-      at::Tensor output = model.forward(batch.inputs);
-      fire(Event::after_forward);
-      fire(Event::before_loss);
-      at::Tensor loss = compute_loss(output, batch.targets);
-      fire(Event::after_loss);
-      fire(Event::before_backward);
-      loss.backward();
-      fire(Event::after_backward);
+      const at::Tensor loss = forward_backward();
       average_gradients();
       optimizer->step();
       fire(Event::after_train_batch);
 
       now.batch += 1;
       now.batch_in_epoch += 1;
-      now.sample += batch.size() * options.world_size;
-      now.sample_in_epoch += batch.size() * options.world_size;
+      now.sample += drawn * options.world_size;
+      now.sample_in_epoch += drawn * options.world_size;
       loss_sum.add_(loss.detach());
       loss_count += 1;
       bool epoch_ends = now.batch_in_epoch == batches;
@@ -702,6 +758,7 @@ struct Trainer::Impl {
       if (bar) bar->update(now.batch_in_epoch, bar_metrics());
 
       fire(Event::batch_end);
+      clear_step_data();
       bool stopping = stop_now();
       // The run's last batch always ends with an evaluation and a checkpoint, taken through the usual events (so
       // plugins see them: exports, checkpoint selection) unless the epoch end right after takes them anyway.
@@ -751,6 +808,7 @@ struct Trainer::Impl {
         write_checkpoint(checkpoint_name(options.save_interval.unit()), {}, {});
     } catch (...) {
       failure = std::current_exception();
+      clear_step_data();  // a batch that failed half-way leaves nothing on State for fit_end
     }
     finish(failure);
     result.end = state.progress.now;
@@ -829,6 +887,7 @@ struct Trainer::Impl {
       fire(Event::eval_standalone_end);
     } catch (...) {
       failure = std::current_exception();
+      clear_step_data();
     }
     for (const auto& message : engine->close()) logger->warn(message);
     logger->flush();

@@ -4,6 +4,7 @@
 // "baton_test.h"; the test links the trainer, data and models components (or libbaton).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <torch/optim/sgd.h>
@@ -28,11 +29,13 @@ inline TrainerOptions quiet_options(const std::string& run_dir = "") {
   return o;
 }
 
-inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options) {
+/// `model` "mlp" (one hidden layer of 16, no batch statistics: a batch's outputs depend only on its own rows)
+/// instead of the convnet.
+inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, const std::string& model_name = "convnet") {
   at::manual_seed(5);
   ModelSpec spec;
-  spec.name = "convnet";
-  spec.widths = {4, 8};
+  spec.name = model_name;
+  spec.widths = model_name == "mlp" ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{4, 8};
   auto model = make_model(spec);
   auto optimizer =
       std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));

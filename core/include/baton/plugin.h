@@ -57,9 +57,9 @@ class BATON_API Callback : public Plugin {
 }  // namespace baton
 
 /// Bump on any change that breaks binary compatibility of this SDK: the layout of baton_plugin_info, State,
-/// Progress, Timestamp; the virtual functions of Plugin/Algorithm/Callback/Logger/CheckpointInProgress; the
+/// Batch, Progress, Timestamp; the virtual functions of Plugin/Algorithm/Callback/Logger/CheckpointInProgress; the
 /// signatures of exported SDK functions; the event list (Callback's vtable follows it). docs/plugins.md lists them.
-#define BATON_PLUGIN_ABI_VERSION 1u
+#define BATON_PLUGIN_ABI_VERSION 2u
 
 extern "C" {
 /// Read by the loader before any C++ type of the plugin is touched.

@@ -1,13 +1,16 @@
 #pragma once
-// The trainer's state as plugins see it: time, model, optimizer, latest metrics, run folder, and a way to ask the
-// run to stop. No LibTorch here: the model and optimizer are forward-declared, and a plugin that touches them
-// includes <torch/nn/module.h> / <torch/optim/optimizer.h> itself.
+// The trainer's state as plugins see it: time, model, optimizer, the step's batch, outputs and loss, latest metrics,
+// run folder, and a way to ask the run to stop. Only ATen's tensor type comes in (<ATen/core/Tensor.h>, through
+// baton/dataset.h): the model and optimizer are forward-declared, and a plugin that touches them includes
+// <torch/nn/module.h> / <torch/optim/optimizer.h> itself; one that computes with tensors includes the ATen ops it
+// uses (<ATen/ops/softmax.h>, ...).
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "baton/dataset.h"
 #include "baton/export.h"
 #include "baton/state_dict.h"
 #include "baton/time.h"
@@ -49,6 +52,21 @@ struct BATON_API State {
   torch::optim::Optimizer* optimizer = nullptr;
   /// "cpu", "cuda", "cuda:1".
   std::string device = "cpu";
+
+  /// The step's data, as Composer's state.batch / state.outputs / state.loss (docs/plugins.md has the table of
+  /// events). Undefined tensors outside their windows:
+  ///  - training: `batch` from after_dataloader to batch_end (on the device; a plugin may replace inputs and/or
+  ///    targets at after_dataloader, and up to before_forward, when the trainer reads them back for the forward
+  ///    pass); `outputs` from after_forward to batch_end; before_loss may replace targets or outputs; `loss` from
+  ///    after_loss to batch_end and may be replaced at after_loss (a plugin's own loss term), since the trainer
+  ///    backpropagates the loss it reads back after before_backward.
+  ///  - evaluation: the eval batch from eval_batch_start to eval_batch_end, its `outputs` from eval_after_forward;
+  ///    the pass's loss and accuracy are computed from the outputs and targets read back after eval_after_forward.
+  /// Targets are class indices (int64 [N]) or class probabilities (float [N, C], e.g. after label smoothing or
+  /// MixUp): the default loss takes either, accuracy takes the argmax of probabilities.
+  Batch batch;
+  at::Tensor outputs;
+  at::Tensor loss;
 
   /// Latest value of every logged metric: "train/loss", "eval/accuracy", plugin metrics.
   std::map<std::string, double> metrics;

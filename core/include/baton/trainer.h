@@ -40,6 +40,10 @@ struct TrainerOptions {
   bool progress = true;        // progress bar on a terminal
   bool quiet = false;          // only warnings, errors and the final summary
   Time log_interval = Time(50, TimeUnit::batch);  // how often train/loss is computed and logged
+  /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
+  /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
+  /// step per batch. 0 (or >= batch_size): the whole batch at once.
+  std::int64_t microbatch_size = 0;
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
   std::function<double(const Progress&)> lr_schedule;
   /// Loss of a batch; default cross entropy on logits and class indices.
