@@ -127,6 +127,16 @@ bool alive(pid_t pid) {
   return state != "Z" && state != "X";
 }
 
+// Writes <reference>.toml and <other>.toml (the same 2-epoch run under two names) and trains <reference> with
+// `launch --nproc 2`: what a run of <other> by another launcher must end with.
+void train_reference_launch(const fs::path& dir, const std::string& reference, const std::string& other) {
+  write_config(dir / (reference + ".toml"), reference, 32);
+  write_config(dir / (other + ".toml"), other, 32);
+  Result launched = run_baton(dir, {"launch", "--nproc", "2", "train", reference + ".toml"});
+  INFO(launched.out);
+  REQUIRE(launched.status == 0);
+}
+
 // The launch arguments of node `node` of 2, one rank each, meeting at 127.0.0.1:`port`.
 std::vector<std::string> node_launch(int node, int port, const std::vector<std::string>& command) {
   std::vector<std::string> args{"launch", "--nproc", "1", "--nnodes", "2", "--node-rank", std::to_string(node),
@@ -399,11 +409,7 @@ TEST_SUITE("distributed_cli") {
 
   TEST_CASE("two launchers as two nodes (--nnodes 2, one rank each) end as one 2-rank launch does") {
     auto dir = baton::test::scratch_dir("dist-nodes");
-    write_config(dir / "single.toml", "single", 32);
-    write_config(dir / "nodes.toml", "nodes", 32);
-    Result single = run_baton(dir, {"launch", "--nproc", "2", "train", "single.toml"});
-    INFO(single.out);
-    REQUIRE(single.status == 0);
+    train_reference_launch(dir, "single", "nodes");
     const int port = baton::test::free_port();
     pid_t node0 = start_baton(dir, node_launch(0, port, {"train", "nodes.toml"}), dir / "node0.log");
     pid_t node1 = start_baton(dir, node_launch(1, port, {"train", "nodes.toml"}), dir / "node1.log");
@@ -474,11 +480,7 @@ TEST_SUITE("distributed_cli") {
 
   TEST_CASE("under torchrun (or its variables set by hand) a run ends as under baton launch") {
     auto dir = baton::test::scratch_dir("dist-torchrun");
-    write_config(dir / "launch.toml", "launch", 32);
-    write_config(dir / "torchrun.toml", "torchrun", 32);
-    Result launched = run_baton(dir, {"launch", "--nproc", "2", "train", "launch.toml"});
-    INFO(launched.out);
-    REQUIRE(launched.status == 0);
+    train_reference_launch(dir, "launch", "torchrun");
     const int port = baton::test::free_port();
     if (python_torch_major() >= 2 && std::system("command -v torchrun > /dev/null 2>&1") == 0) {
       // torchrun's agent hosts the rendezvous store itself (TORCHELASTIC_USE_AGENT_STORE): rank 0 must join it.
