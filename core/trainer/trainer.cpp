@@ -740,8 +740,10 @@ struct Trainer::Impl {
       broadcast_buffers();
       const at::Tensor loss = forward_backward();
       average_gradients();
-      optimizer->step();
+      // As in Composer, after_train_batch comes before the step: its plugins see the whole batch's gradients,
+      // averaged across ranks (gradient clipping acts here).
       fire(Event::after_train_batch);
+      optimizer->step();
 
       now.batch += 1;
       now.batch_in_epoch += 1;
