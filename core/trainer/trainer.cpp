@@ -155,6 +155,7 @@ struct Trainer::Impl {
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
     state.world_size = options.world_size;
+    state.seed = options.seed;
     state.communicator = options.communicator;
     state.run_dir = options.run_dir;
     state.model = module.get();

@@ -59,7 +59,7 @@ class BATON_API Callback : public Plugin {
 /// Bump on any change that breaks binary compatibility of this SDK: the layout of baton_plugin_info, State,
 /// Batch, Progress, Timestamp; the virtual functions of Plugin/Algorithm/Callback/Logger/CheckpointInProgress; the
 /// signatures of exported SDK functions; the event list (Callback's vtable follows it). docs/plugins.md lists them.
-#define BATON_PLUGIN_ABI_VERSION 2u
+#define BATON_PLUGIN_ABI_VERSION 3u
 
 extern "C" {
 /// Read by the loader before any C++ type of the plugin is touched.

@@ -4,6 +4,7 @@
 // baton/dataset.h): the model and optimizer are forward-declared, and a plugin that touches them includes
 // <torch/nn/module.h> / <torch/optim/optimizer.h> itself; one that computes with tensors includes the ATen ops it
 // uses (<ATen/ops/softmax.h>, ...).
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -91,6 +92,9 @@ struct BATON_API State {
 
   int rank = 0;
   int world_size = 1;
+  /// The run's seed (trainer.seed). A stochastic plugin draws from a generator seeded by it and the batch count,
+  /// so a resumed run draws what the uninterrupted one did.
+  std::uint64_t seed = 0;
   /// The run's process group when world_size > 1 (null in a single process). Every rank fires the same events in
   /// the same order, so a plugin may run a collective in any event (the sharded EMA gathers at eval_start and when
   /// checkpointing); a collective that only some ranks reach hangs until the timeout.
