@@ -560,6 +560,36 @@ std::map<std::string, std::string> safetensors_metadata(const fs::path& file) {
   return out;
 }
 
+// The bytes of one tensor of a safetensors file, after checking its dtype.
+std::string safetensors_tensor_bytes(const fs::path& file, const std::string& name, const std::string& dtype) {
+  const std::string text = read_bytes(file);
+  const auto header = safetensors_header(file);
+  unsigned long long length = 0;
+  for (int i = 7; i >= 0; --i) length = length * 256 + static_cast<unsigned char>(text[i]);
+  REQUIRE(header.contains(name));
+  REQUIRE(header[name]["dtype"].get<std::string>() == dtype);
+  const auto begin = header[name]["data_offsets"][0].get<std::size_t>();
+  const auto end = header[name]["data_offsets"][1].get<std::size_t>();
+  return text.substr(8 + length + begin, end - begin);
+}
+
+std::vector<long long> safetensors_int64(const fs::path& file, const std::string& name) {
+  const std::string bytes = safetensors_tensor_bytes(file, name, "I64");
+  std::vector<long long> out(bytes.size() / 8);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    unsigned long long v = 0;
+    for (int b = 7; b >= 0; --b) v = v * 256 + static_cast<unsigned char>(bytes[i * 8 + b]);
+    out[i] = static_cast<long long>(v);
+  }
+  return out;
+}
+
+std::string fixed4(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.4f", value);
+  return buffer;
+}
+
 std::size_t count_lines_with(const std::string& text, const std::string& part) {
   std::size_t n = 0;
   std::istringstream in(text);
@@ -570,7 +600,7 @@ std::size_t count_lines_with(const std::string& text, const std::string& part) {
 }  // namespace
 
 TEST_SUITE("cli") {
-  TEST_CASE("ema from the command line: one set of metadata keys, --weights, and an ema_start that never comes") {
+  TEST_CASE("ema from the command line: one set of metadata keys, --weights for eval and predict, and an ema_start that never comes") {
     auto dir = scratch("ema");
     write(dir / "ema.toml", quick_config("\n[[plugins]]\nname = \"ema\"\nhalf_life = \"4ba\"\neval = \"both\"\n"));
     auto train = run_baton(dir, {"train", "ema.toml"});
@@ -600,6 +630,31 @@ TEST_SUITE("cli") {
     CHECK(none.status == 1);
     CHECK(contains(none.err, "no plugin of this run keeps more than one set of weights"));
     CHECK_FALSE(contains(none.out, "accuracy"));
+
+    // predict writes each set's outputs and classes; the accuracy of its classes against the targets is the one
+    // eval reports for the same weights, and the EMA's outputs are not the raw weights'.
+    for (const std::string weights : {"ema", "raw"}) {
+      const std::string file = weights + "-predictions.safetensors";
+      auto predicted = run_baton(dir, {"predict", "ema.toml", "--checkpoint", checkpoint, "--weights", weights, "-o", file});
+      REQUIRE_MESSAGE(predicted.status == 0, predicted.err);
+      const auto classes = safetensors_int64(dir / file, "predictions");
+      const auto targets = safetensors_int64(dir / file, "targets");
+      REQUIRE(classes.size() == targets.size());
+      REQUIRE(classes.size() == 256);
+      std::size_t correct = 0;
+      for (std::size_t i = 0; i < classes.size(); ++i) correct += classes[i] == targets[i];
+      auto evaluated = run_baton(dir, {"eval", "ema.toml", "--checkpoint", checkpoint, "--weights", weights});
+      CHECK_MESSAGE(contains(evaluated.out, "accuracy " + fixed4(static_cast<double>(correct) / 256.0)), evaluated.out);
+      CHECK(safetensors_metadata(dir / file).at("baton.weights") == weights);
+    }
+    CHECK(safetensors_tensor_bytes(dir / "ema-predictions.safetensors", "outputs", "F32") !=
+          safetensors_tensor_bytes(dir / "raw-predictions.safetensors", "outputs", "F32"));
+    auto no_output = run_baton(dir, {"predict", "ema.toml", "--checkpoint", checkpoint});
+    CHECK(no_output.status == 2);
+    auto missing = run_baton(dir, {"predict", "ema.toml", "--checkpoint", "runs/quick/checkpoints/nope", "-o", "x.safetensors"});
+    CHECK(missing.status == 1);
+    CHECK(contains(missing.err, "nope"));
+    CHECK_FALSE(fs::exists(dir / "x.safetensors"));
 
     // Averaging that would start at the run's end: a warning at fit start.
     auto late = run_baton(dir, {"train", "ema.toml", "--set", "plugins.ema.ema_start=2ep", "--set", "run.name=late"});

@@ -1,4 +1,4 @@
-// The baton command line: train, check, eval, plugins, launch, posthoc.
+// The baton command line: train, check, eval, predict, plugins, launch, posthoc.
 // Exit status: 0 success, 1 a run or plugin failure, 2 a bad command line or configuration, 130 interrupted.
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <ATen/Parallel.h>
 
+#include <map>
+
+#include "baton/safetensors.h"
 #include "baton/trainer.h"
 #include "cli/launch_command.h"
 #include "config/config.h"
@@ -90,7 +93,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
     std::printf("rank %d of %d done at ep %lld ba %lld\n", run->trainer->options().rank,
                 run->trainer->options().world_size, static_cast<long long>(result.end.epoch),
                 static_cast<long long>(result.end.batch));
-    return result.stop_reason == baton::kInterruptedReason ? kExitInterrupted : 0;
+    return result.stop_cause == baton::StopCause::interrupted ? kExitInterrupted : 0;
   }
   print_eval_table(result.evals);
   std::printf("\ntrained to ep %lld ba %lld in %.1f s%s%s\n", static_cast<long long>(result.end.epoch),
@@ -100,7 +103,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   if (!run->run_dir.empty()) std::printf("run folder: %s\n", run->run_dir.c_str());
   const auto& warnings = run->trainer->warnings();
   if (!warnings.empty()) std::printf("%zu warning(s) during the run; see above\n", warnings.size());
-  return result.stop_reason == baton::kInterruptedReason ? kExitInterrupted : 0;
+  return result.stop_cause == baton::StopCause::interrupted ? kExitInterrupted : 0;
 }
 
 int run_check(const CommonArgs& args) {
@@ -131,6 +134,37 @@ int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::s
   for (const auto& result : results)
     std::printf("checkpoint %s: %s loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(),
                 fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
+  return 0;
+}
+
+struct PredictArgs {
+  std::string checkpoint, weights, output, dataset = "eval";
+};
+
+// The outputs, the predicted class and (when the set has them) the targets of every sample, in the set's order,
+// to a safetensors file that is whole or absent.
+int run_predict(const CommonArgs& args, const PredictArgs& predict) {
+  baton::RunConfig config = load(args);
+  baton::RunOptions options;
+  options.write_run_dir = false;
+  options.quiet = true;
+  options.eval_weights = predict.weights;
+  options.allow_insecure_plugins = args.allow_insecure;
+  auto run = baton::build_run(config, options);
+  const baton::TensorDataset& data =
+      predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
+  baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
+  if (run->trainer->options().rank != 0) return 0;
+  baton::NamedTensors tensors{{"outputs", result.outputs}};
+  if (result.predictions.defined()) tensors.emplace_back("predictions", result.predictions);
+  if (data.targets.defined()) tensors.emplace_back("targets", data.targets);
+  const std::map<std::string, std::string> metadata{{"baton.checkpoint", predict.checkpoint},
+                                                    {"baton.weights", predict.weights.empty() ? "default" : predict.weights},
+                                                    {"baton.dataset", data.name}};
+  baton::write_safetensors_atomic(predict.output, tensors, metadata);
+  std::printf("%s: outputs of %lld samples of %s (checkpoint %s)\n", predict.output.c_str(),
+              static_cast<long long>(result.outputs.defined() ? result.outputs.size(0) : 0), data.name.c_str(),
+              predict.checkpoint.c_str());
   return 0;
 }
 
@@ -182,6 +216,17 @@ int main(int argc, char** argv) {
   eval->add_option("--weights", weights, "with a plugin that keeps several weight sets (ema): which to evaluate")
       ->check(CLI::IsMember({"ema", "raw"}));
 
+  CommonArgs predict_args;
+  PredictArgs predict_options;
+  auto* predict = app.add_subcommand("predict", "write a checkpoint's outputs and predicted classes on a dataset");
+  add_common(predict, predict_args);
+  predict->add_option("--checkpoint", predict_options.checkpoint, "checkpoint folder")->required();
+  predict->add_option("--weights", predict_options.weights, "with a plugin that keeps several weight sets (ema): which")
+      ->check(CLI::IsMember({"ema", "raw"}));
+  predict->add_option("-o,--output", predict_options.output, "safetensors file to write")->required();
+  predict->add_option("--dataset", predict_options.dataset, "which of the config's datasets: eval (default) or train")
+      ->check(CLI::IsMember({"eval", "train"}));
+
   auto* plugins = app.add_subcommand("plugins", "list the plugins found, with name, version and ABI");
   plugins->add_option("--path", plugin_paths, "extra folder to search (repeatable)");
   plugins->add_flag("--allow-insecure-plugins", plugins_insecure, "list plugin files others may write to");
@@ -219,6 +264,7 @@ int main(int argc, char** argv) {
     if (*train) return run_train(train_args, resume, trace, quiet);
     if (*check) return run_check(check_args);
     if (*eval) return run_eval(eval_args, checkpoint, weights);
+    if (*predict) return run_predict(predict_args, predict_options);
     if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
     if (*posthoc) return baton::cli::run_posthoc(*posthoc, posthoc_args);  // posthoc
     if (*launch) {  // --- launch ---

@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 
 #include "baton/error.h"
+#include "baton/model_tensors.h"
 #include "baton/posthoc.h"
 #include "baton/safetensors.h"
 #include "config/config.h"
@@ -65,8 +66,7 @@ void load_into(torch::nn::Module& model, const NamedTensors& tensors) {
       throw Error("the snapshots' tensor '" + name + "' has another shape than the config's model's");
     target.copy_(it->second);
   };
-  for (auto& item : model.named_parameters(true)) assign(item.key(), item.value());
-  for (auto& item : model.named_buffers(true)) assign(item.key(), item.value());
+  for (auto& item : model_tensors(model)) assign(item.name, item.tensor);
 }
 
 struct SweepRow {

@@ -14,28 +14,13 @@
 
 #include "baton/communicator.h"
 #include "baton/error.h"
+#include "baton/model_tensors.h"
 #include "ema/ema_kernel.h"
 
 namespace baton {
 namespace {
 
 using ema_kernel::Element;
-
-struct ModelTensor {
-  std::string name;
-  at::Tensor tensor;
-  bool parameter;
-};
-
-// Parameters first, then buffers, each in the module's registration order (as named_parameters/named_buffers).
-std::vector<ModelTensor> model_tensors(const torch::nn::Module& model) {
-  std::vector<ModelTensor> out;
-  for (const auto& item : model.named_parameters(/*recurse=*/true))
-    if (item.value().defined()) out.push_back({item.key(), item.value(), true});
-  for (const auto& item : model.named_buffers(/*recurse=*/true))
-    if (item.value().defined()) out.push_back({item.key(), item.value(), false});
-  return out;
-}
 
 // '*' matches any run of characters (dots included), '?' exactly one. Backtracks only to the last '*'.
 bool glob_match(const std::string& pattern, const std::string& name) {

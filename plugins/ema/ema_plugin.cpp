@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 
 #include "baton/ema.h"
+#include "baton/model_tensors.h"
 #include "baton/plugin.h"
 #include "baton/posthoc.h"
 #include "baton/safetensors.h"
@@ -48,11 +49,8 @@ std::optional<PosthocTracker> make_tracker(const EmaSettings& settings) {
 }
 
 NamedTensors model_state_copy(const torch::nn::Module& model) {
-  NamedTensors out;
-  for (const auto& item : model.named_parameters(/*recurse=*/true))
-    out.emplace_back(item.key(), item.value().detach().clone());
-  for (const auto& item : model.named_buffers(/*recurse=*/true))
-    out.emplace_back(item.key(), item.value().detach().clone());
+  NamedTensors out = named_model_tensors(model);
+  for (auto& item : out) item.second = item.second.detach().clone();
   return out;
 }
 
@@ -81,6 +79,8 @@ class EmaAlgorithm final : public Algorithm {
       case Event::eval_start:
       case Event::eval_end:
       case Event::eval_after_all:
+      case Event::predict_start:
+      case Event::predict_end:
       case Event::batch_checkpoint:
       case Event::epoch_checkpoint:
       case Event::fit_end: return true;
@@ -109,6 +109,8 @@ class EmaAlgorithm final : public Algorithm {
       case Event::eval_start: return on_eval_start(state);
       case Event::eval_end: return restore_raw();
       case Event::eval_after_all: return on_evaluated(state);
+      case Event::predict_start: return swap_in_if(wants_ema_weights());
+      case Event::predict_end: return restore_raw();
       case Event::batch_checkpoint:
       case Event::epoch_checkpoint: return on_checkpoint(state, logger);
       case Event::fit_end:
@@ -284,16 +286,18 @@ class EmaAlgorithm final : public Algorithm {
     ++updates_;
   }
 
-  bool wants_ema(const State& state) const {
-    if (state.eval_label != "eval") return false;
+  // The set asked for (baton eval/predict --weights), else the configured one; eval_raw is the raw weights' pass.
+  bool wants_ema_weights() const {
     if (!eval_weights_.empty()) return eval_weights_ == "ema";
     return settings_.eval != EvalMode::raw;
   }
 
-  void on_eval_start(State& state) {
-    // Before ema_start there is no average yet: the raw weights are evaluated.
-    if (wants_ema(state) && started_ && !ema_.swapped()) ema_.swap(*model_);
+  void swap_in_if(bool wanted) {
+    // Before ema_start there is no average yet: the raw weights are used.
+    if (wanted && started_ && !ema_.swapped()) ema_.swap(*model_);
   }
+
+  void on_eval_start(State& state) { swap_in_if(state.eval_label == "eval" && wants_ema_weights()); }
 
   void restore_raw() {
     if (ema_.initialized() && ema_.swapped()) ema_.swap(*model_);

@@ -68,6 +68,13 @@ struct BATON_API State {
   Batch batch;
   at::Tensor outputs;
   at::Tensor loss;
+  /// Empties batch, outputs and loss: the trainer calls it as their window closes (batch_end, eval_batch_end,
+  /// predict_batch_end), so no later event sees a stale batch and the tensors are freed.
+  void clear_step_data() {
+    batch = Batch();
+    outputs = at::Tensor();
+    loss = at::Tensor();
+  }
 
   /// Latest value of every logged metric: "train/loss", "eval/accuracy", plugin metrics.
   std::map<std::string, double> metrics;

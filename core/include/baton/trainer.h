@@ -63,10 +63,20 @@ struct EvalRecord {
   std::map<std::string, double> metrics;
 };
 
+/// Why fit() ended before max_duration (Ceres' termination types): the CLI's exit status follows it.
+enum class StopCause {
+  none,         // max_duration reached
+  plugin,       // a plugin called State::request_stop (an early stopper)
+  interrupted,  // SIGINT/SIGTERM, on this rank or, in a data-parallel run, on any rank
+  requested,    // the embedding program called Trainer::request_stop
+  other_rank,   // in a data-parallel run, another rank stopped for a reason of its own
+};
+
 struct FitResult {
   Timestamp end;
   std::vector<EvalRecord> evals;
-  std::string stop_reason;      // empty when max_duration was reached
+  StopCause stop_cause = StopCause::none;
+  std::string stop_reason;      // empty when max_duration was reached; else what asked for the stop
   std::string last_checkpoint;  // empty when none was written
   double seconds = 0;
 };
@@ -76,6 +86,12 @@ struct EvalResult {
   double loss = 0;
   double accuracy = 0;
   std::int64_t samples = 0;
+};
+
+/// What Trainer::predict returns, on the CPU, in the dataset's order.
+struct PredictResult {
+  at::Tensor outputs;      // the model's outputs, [N, ...]
+  at::Tensor predictions;  // the argmax class of each row (int64 [N]) when outputs are class scores [N, C]
 };
 
 class BATON_API Trainer {
@@ -97,9 +113,19 @@ class BATON_API Trainer {
   /// `checkpoint` first when given (before_load/after_load). One result per evaluation pass (State::eval_labels).
   std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint = "");
 
+  /// Runs the model over the eval set (or `data`) without gradients, firing predict_start, per batch
+  /// predict_batch_start … predict_batch_end (the batch and its outputs on State), predict_end; loads `checkpoint`
+  /// first when given. A plugin keeping several sets of weights (ema) uses the set TrainerOptions::eval_weights
+  /// names, as for evaluation. Plugins are closed after it, as after evaluate_standalone.
+  PredictResult predict(const std::string& checkpoint = "");
+  PredictResult predict(const TensorDataset& data, const std::string& checkpoint = "");
+
   /// Asks a running fit() to stop after the current batch (safe to call from a signal handler's flag poller).
   void request_stop(std::string reason);
 
+  /// The datasets the trainer was given (e.g. to predict on the training set).
+  const TensorDataset& train_set() const;
+  const TensorDataset& eval_set() const;
   State& state();
   Logger& logger();
   torch::nn::Module& model();
@@ -116,8 +142,7 @@ class BATON_API Trainer {
 /// fit_end); a second signal exits at once with status 130.
 BATON_API void install_stop_signal_handlers();
 
-/// FitResult::stop_reason of a run stopped by SIGINT/SIGTERM; in a data-parallel run, on every rank once any rank
-/// had the signal.
+/// FitResult::stop_reason of a run stopped by SIGINT/SIGTERM (StopCause::interrupted).
 inline constexpr const char* kInterruptedReason = "interrupted by a signal";
 
 /// Which BLAS library LibTorch runs on, from the libraries loaded in this process ("OpenBLAS (…path…)",

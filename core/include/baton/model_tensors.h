@@ -1,0 +1,31 @@
+#pragma once
+// The one walk over a module's tensors that the trainer, its checkpoints, the EMA and post-hoc EMA share, so they
+// all agree on names and order: every parameter, then every buffer, each in registration order, under its dotted
+// name ("features.0.weight"). Undefined tensors (an optional bias left out) are skipped.
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "baton/export.h"
+#include "baton/safetensors.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace baton {
+
+struct ModelTensor {
+  std::string name;
+  at::Tensor tensor;  // the module's own tensor (not a copy)
+  bool parameter;     // false: a buffer (batch-norm statistics, counters)
+};
+
+/// Parameters, then buffers.
+BATON_API std::vector<ModelTensor> model_tensors(const torch::nn::Module& module);
+
+/// The same as (name, tensor) pairs; with `buffers` false, the parameters alone.
+BATON_API NamedTensors named_model_tensors(const torch::nn::Module& module, bool buffers = true);
+
+}  // namespace baton

@@ -1,0 +1,72 @@
+#pragma once
+// The trainer's checkpoint collaborator: fires the checkpoint events (plugins add their files through
+// State::checkpoint), captures the model, optimizer, trainer and plugin state, writes the folder (rank 0), and
+// restores it: a standalone load for evaluation, or a resume that continues the run exactly, also at another world
+// size, batch size or length.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "baton/trainer.h"
+#include "checkpoint/checkpoint_store.h"
+
+namespace baton {
+
+class Engine;
+class RunLogger;
+
+/// The run's plugins by id, in configured order.
+using PluginList = std::vector<std::pair<std::string, std::shared_ptr<Plugin>>>;
+
+class Checkpointer {
+ public:
+  /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
+  Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
+               torch::nn::Module& module, torch::optim::Optimizer& optimizer, const PluginList& plugins,
+               std::vector<double> base_lrs);
+  ~Checkpointer();
+
+  /// Whether this run writes checkpoints at all (it has a run folder).
+  bool has_store() const { return store_ != nullptr; }
+  /// The batch count of the last save (every rank keeps it), -1 before any.
+  std::int64_t last_save_batch() const { return last_save_batch_; }
+
+  /// Fires a checkpoint event; when `save`, plugins may add files to the checkpoint, which is then written under
+  /// the name the time has in `unit` ("ep3" at an epoch's end, else "ba120").
+  void event(Event event, bool save, TimeUnit unit);
+  /// Writes a checkpoint without events: the end of a run whose last save was not taken at a batch.
+  void save_final(TimeUnit unit);
+  /// Restores a checkpoint between before_load and after_load: the model always; with `with_training_state`
+  /// the optimizer, RNG, metrics and time as well, for a resume.
+  void load(const std::string& path, bool with_training_state);
+  /// Resumes as TrainerOptions::resume says ("auto": the newest valid checkpoint of the store). Returns the
+  /// folder resumed from; empty when starting fresh.
+  std::string resume();
+
+ private:
+  std::string name_at(TimeUnit unit) const;
+  void write(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
+             const std::vector<std::function<void(const std::string&)>>& hooks);
+  CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;
+  void restore_model(const CheckpointData& data, const std::string& path);
+  void restore_training_state(const CheckpointData& data, const std::string& path);
+  void restore_plugins(const CheckpointData& data, const std::string& path);
+  void continue_at_new_scale(const std::string& path, std::int64_t saved_world, std::int64_t saved_batch);
+  void continue_to_new_duration(const std::string& path, const std::string& saved_text);
+
+  State& state_;
+  Engine& engine_;
+  RunLogger& logger_;
+  const TrainerOptions& options_;
+  torch::nn::Module& module_;
+  torch::optim::Optimizer& optimizer_;
+  const PluginList& plugins_;
+  std::vector<double> base_lrs_;
+  std::unique_ptr<CheckpointStore> store_;
+  std::int64_t last_save_batch_ = -1;
+};
+
+}  // namespace baton

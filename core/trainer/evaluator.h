@@ -1,0 +1,54 @@
+#pragma once
+// The trainer's inference collaborator: the passes over the evaluation set (eval_before_all, then for each label
+// in State::eval_labels eval_start … eval_end, then eval_after_all), their loss and accuracy reduced across ranks,
+// the run's history of evaluations for the final table and chart, and prediction over a dataset.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "baton/trainer.h"
+
+namespace baton {
+
+class Engine;
+class RunLogger;
+
+using LossFunction = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
+
+class Evaluator {
+ public:
+  Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
+            torch::nn::AnyModule& model, const TensorDataset& data, LossFunction loss);
+
+  bool has_data() const { return data_.size() > 0; }
+  /// Every pass of State::eval_labels; one result per pass.
+  std::vector<EvalResult> run();
+  /// Runs the model over `data` (eval_batch_size at a time) as predict_start, per batch predict_batch_start …
+  /// predict_batch_end with the batch and its outputs on State, then predict_end. Every rank predicts the whole
+  /// set, so a plugin's collectives (a sharded EMA's swap) stay in step.
+  PredictResult predict(const TensorDataset& data);
+  /// run() at a point of training, kept in the history (with every metric plugins logged during it).
+  void run_in_fit();
+  /// The batch count of the last evaluation in fit, -1 before any.
+  std::int64_t last_batch() const { return last_batch_; }
+  /// The run's evaluations so far, oldest first.
+  const std::vector<EvalRecord>& history() const { return history_; }
+  /// A resumed run's earlier evaluations, read back from its metrics.jsonl up to the resume point.
+  void load_history(const std::string& metrics_path, std::int64_t resumed_at);
+
+ private:
+  EvalResult pass(const std::string& label);
+
+  State& state_;
+  Engine& engine_;
+  RunLogger& logger_;
+  const TrainerOptions& options_;
+  torch::nn::AnyModule& model_;
+  const TensorDataset& data_;
+  LossFunction loss_;
+  std::vector<EvalRecord> history_;
+  std::int64_t last_batch_ = -1;
+};
+
+}  // namespace baton

@@ -1,0 +1,44 @@
+#include "trainer/run_outputs.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "baton/model_tensors.h"
+#include "baton/safetensors.h"
+#include "logging/eval_plot.h"
+#include "trainer/format.h"
+
+namespace fs = std::filesystem;
+
+namespace baton {
+
+void ModelExport::fit_end(State& state, Logger&) {
+  if (failed_ || state.rank != 0 || state.run_dir.empty() || state.model == nullptr) return;
+  fs::create_directories(state.run_dir);
+  const std::map<std::string, std::string> metadata{{"format", "pt"},
+                                                    {"baton.timestamp", format_timestamp(state.progress.now)}};
+  write_safetensors_atomic((fs::path(state.run_dir) / "model.safetensors").string(), named_model_tensors(*state.model),
+                           metadata);
+}
+
+void AccuracyPlot::fit_end(State& state, Logger&) {
+  if (state.rank != 0 || state.run_dir.empty()) return;
+  std::vector<PlotSeries> series;
+  for (const auto& record : history_)
+    for (const auto& [name, value] : record.metrics) {
+      if (name.size() < 9 || name.compare(name.size() - 9, 9, "/accuracy") != 0) continue;
+      auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.label == name; });
+      if (it == series.end()) it = series.insert(series.end(), PlotSeries{name, {}});
+      it->points.emplace_back(static_cast<double>(record.at.batch), value);
+    }
+  if (series.empty()) return;
+  PlotOptions plot;
+  plot.title = "evaluation accuracy";
+  plot.y_label = "accuracy";
+  fs::create_directories(state.run_dir);
+  write_line_chart_svg((fs::path(state.run_dir) / "eval_accuracy.svg").string(), series, plot);
+}
+
+}  // namespace baton

@@ -1,0 +1,94 @@
+#include "trainer/schedule.h"
+
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace baton {
+namespace {
+
+// A run of 3 epochs of 10 batches, as the trainer decides after its `batch`-th batch: the batch is counted, its
+// epoch is not yet (epoch_end comes after the decision).
+Progress at_batch(std::int64_t batch) {
+  Progress p;
+  p.max_duration = Time(3, TimeUnit::epoch);
+  p.batches_per_epoch = 10;
+  p.samples_per_epoch = 100;
+  p.now.batch = batch;
+  p.now.epoch = batch > 0 ? (batch - 1) / 10 : 0;
+  p.now.batch_in_epoch = batch - 10 * p.now.epoch;
+  p.now.sample = batch * 10;
+  p.now.sample_in_epoch = p.now.batch_in_epoch * 10;
+  return p;
+}
+
+double fraction_at(std::int64_t batch) { return at_batch(batch).fraction(); }
+
+TEST_CASE("ba intervals fall due on multiples of n batches") {
+  Schedule s(Time(4, TimeUnit::batch), Time(6, TimeUnit::batch), true, true);
+  std::vector<std::int64_t> evals, saves;
+  for (std::int64_t b = 1; b <= 20; ++b) {
+    AfterBatch a = s.after_batch(at_batch(b), fraction_at(b - 1), b % 10 == 0, false);
+    if (a.evaluate) evals.push_back(b);
+    if (a.save) saves.push_back(b);
+  }
+  CHECK(evals == std::vector<std::int64_t>{4, 8, 12, 16, 20});
+  CHECK(saves == std::vector<std::int64_t>{6, 12, 18});
+  CHECK_FALSE(s.eval_due_at_epoch(1));
+  CHECK_FALSE(s.save_due_at_epoch(1));
+}
+
+TEST_CASE("dur intervals fall due each time the run crosses a multiple of the fraction") {
+  // 30 batches; every 0.25 of the run: crossed at batch 7.5 -> 8, 15, 22.5 -> 23, 30.
+  Schedule s(Time(0.25, TimeUnit::duration), Time(0, TimeUnit::batch), true, true);
+  std::vector<std::int64_t> evals;
+  for (std::int64_t b = 1; b <= 30; ++b)
+    if (s.after_batch(at_batch(b), fraction_at(b - 1), b % 10 == 0, false).evaluate) evals.push_back(b);
+  CHECK(evals == std::vector<std::int64_t>{8, 15, 23, 30});
+  CHECK_FALSE(s.saves_enabled());
+}
+
+TEST_CASE("ep intervals are decided at the epoch's end, not after its batches") {
+  Schedule s(Time(2, TimeUnit::epoch), Time(1, TimeUnit::epoch), true, true);
+  for (std::int64_t b = 1; b <= 20; ++b) {
+    AfterBatch a = s.after_batch(at_batch(b), fraction_at(b - 1), b % 10 == 0, false);
+    CHECK_FALSE(a.evaluate);
+    CHECK_FALSE(a.save);
+  }
+  CHECK_FALSE(s.eval_due_at_epoch(1));
+  CHECK(s.eval_due_at_epoch(2));
+  CHECK(s.save_due_at_epoch(1));
+  CHECK(s.save_due_at_epoch(3));
+}
+
+TEST_CASE("the final batch evaluates and saves unless its epoch end does") {
+  Schedule s(Time(2, TimeUnit::epoch), Time(2, TimeUnit::epoch), true, true);
+  // A run stopped at batch 13: mid-epoch, so the batch itself takes the final evaluation and save.
+  AfterBatch mid = s.after_batch(at_batch(13), fraction_at(12), false, true);
+  CHECK(mid.evaluate);
+  CHECK(mid.save);
+  // Batch 20 ends epoch 2 (the count does not include it yet): the epoch end evaluates and saves.
+  AfterBatch end2 = s.after_batch(at_batch(20), fraction_at(19), true, true);
+  CHECK_FALSE(end2.evaluate);
+  CHECK_FALSE(end2.save);
+  // Batch 10 ends epoch 1, which has neither due: the final batch takes both.
+  AfterBatch end1 = s.after_batch(at_batch(10), fraction_at(9), true, true);
+  CHECK(end1.evaluate);
+  CHECK(end1.save);
+}
+
+TEST_CASE("a zero interval, no eval data or no run folder disables the decisions") {
+  Schedule off(Time(0, TimeUnit::epoch), Time(0, TimeUnit::epoch), true, true);
+  CHECK_FALSE(off.evaluations_enabled());
+  CHECK_FALSE(off.saves_enabled());
+  AfterBatch a = off.after_batch(at_batch(5), fraction_at(4), false, true);
+  CHECK_FALSE(a.evaluate);
+  CHECK_FALSE(a.save);
+  Schedule no_data(Time(1, TimeUnit::batch), Time(1, TimeUnit::batch), false, false);
+  AfterBatch b = no_data.after_batch(at_batch(5), fraction_at(4), false, true);
+  CHECK_FALSE(b.evaluate);
+  CHECK_FALSE(b.save);
+}
+
+}  // namespace
+}  // namespace baton
