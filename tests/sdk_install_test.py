@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The plugin SDK as a user meets it: install baton into a temporary prefix, build examples/plugins against it with
-find_package(baton), run the installed `baton train` with both example plugins loaded by path, and check what they
+find_package(baton), run the installed `baton train` with the example plugins loaded by path, and check what they
 did. Also checks that the SDK header stays light and that the installed binary needs no LD_LIBRARY_PATH.
 
 Run by CTest (tests/CMakeLists.txt); any failed check exits with status 1 and says what was expected."""
@@ -165,6 +165,7 @@ def check_training(prefix, run_root, plugin_dir):
     # max_norm far above any gradient norm: nothing is clipped, the logger sees the raw norms every batch.
     train(prefix, run_root, "unclipped", plugin_dir, "max_norm = 1e6", "every = 1")
     lines = metrics_of(run_root / "runs/unclipped")
+    baseline_losses = values(lines, "train/loss")
     norms = values(lines, "grad_norm/total")
     check(len(norms) == BATCHES, f"unclipped: {len(norms)} grad_norm/total values, expected one per batch ({BATCHES})")
     check(all(n > 0 for n in norms), f"unclipped: grad_norm/total values not all > 0: {norms}")
@@ -184,7 +185,28 @@ def check_training(prefix, run_root, plugin_dir):
     check(len(norms) == BATCHES // 2, f"clipped: every = 2 gave {len(norms)} values, expected {BATCHES // 2}")
     check(all(abs(n - max_norm) <= 1e-5 * max_norm for n in norms),
           f"clipped: the logged norms should equal max_norm {max_norm} after clipping, got {norms}")
-    return norms
+    return baseline_losses
+
+
+def check_input_noise(prefix, run_root, plugin_dir, baseline_losses):
+    """The example algorithm that rewrites the batch: trained alone, it must change what the model sees. The same
+    seed and data without it (the "unclipped" run: grad_clip far above any norm changes nothing) give
+    `baseline_losses`; the first train/loss is computed before any update, from the first batch alone, so it
+    differs only if the batch did."""
+    config = run_root / "noisy.toml"
+    config.write_text(BASE_CONFIG.format(name="noisy") +
+                      f'\n[[plugins]]\npath = "{plugin_dir}/input_noise.so"\nstd = 0.5\nevery = 2\n')
+    run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env())
+    lines = metrics_of(run_root / "runs/noisy")
+    rms = values(lines, "input_noise/rms")
+    check(len(rms) == BATCHES // 2, f"input_noise: every = 2 gave {len(rms)} input_noise/rms values, expected {BATCHES // 2}")
+    check(all(abs(r - 0.5) < 0.05 for r in rms), f"input_noise: the added noise should have an rms near std 0.5: {rms}")
+    losses = values(lines, "train/loss")
+    check(len(losses) == BATCHES and len(baseline_losses) == BATCHES,
+          f"input_noise: expected {BATCHES} train/loss values in both runs, got {len(losses)} and {len(baseline_losses)}")
+    check(losses and baseline_losses and abs(losses[0] - baseline_losses[0]) > 1e-4,
+          f"input_noise: the first batch's loss {losses[:1]} should differ from the run without noise "
+          f"{baseline_losses[:1]}: the plugin did not change the batch")
 
 
 def check_config_errors(prefix, run_root, plugin_dir):
@@ -289,7 +311,7 @@ def main():
     run(["cmake", "-S", args.source_dir / "examples/plugins", "-B", example_build, f"-DCMAKE_PREFIX_PATH={prefix}",
          "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
     run(["cmake", "--build", example_build, "-j1"], env=user_env())
-    for name in ("grad_clip.so", "grad_norm_logger.so"):
+    for name in ("grad_clip.so", "grad_norm_logger.so", "input_noise.so"):
         require((example_build / name).exists(), f"baton_add_plugin did not produce {example_build / name}")
     if (example_build / "grad_clip_test").exists():
         run(["ctest", "--test-dir", example_build, "--output-on-failure"], env=user_env())
@@ -297,7 +319,8 @@ def main():
     run_root = scratch / "runs-root"
     run_root.mkdir()
     plugin_dir = os.path.relpath(example_build, run_root)  # paths are relative to the config file's folder
-    check_training(prefix, run_root, plugin_dir)
+    baseline_losses = check_training(prefix, run_root, plugin_dir)
+    check_input_noise(prefix, run_root, plugin_dir, baseline_losses)
     check_config_errors(prefix, run_root, plugin_dir)
     check_plugin_dir_variable(args, prefix, scratch)
     check_docs_example(args, prefix, scratch, run_root)

@@ -1,0 +1,85 @@
+#pragma once
+// What MixUp and CutMix share: a batch mixed at after_dataloader with a permutation of itself, whose targets are
+// then mixed the same way at before_loss (or whose loss is interpolated at after_loss). Header-only, SDK-only.
+//
+// Microbatches: the trainer fires before_forward … after_backward once per microbatch, with consecutive slices of
+// the batch on State, in order (docs/events.md). The permutation is drawn over the whole batch, so each
+// before_loss takes the next rows of the whole batch's permuted targets.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/one_hot.h>
+#include <ATen/ops/tensor.h>
+
+#include "baton/error.h"
+#include "baton/state.h"
+
+namespace baton_algorithms {
+
+/// Targets as class probabilities shaped like outputs [N, C]: class indices become one-hot rows; probabilities
+/// (another plugin's soft targets) are kept. In outputs' dtype, so the mixed targets are too.
+inline at::Tensor as_probabilities(const at::Tensor& targets, const at::Tensor& outputs) {
+  if (targets.dim() == outputs.dim()) return targets.to(outputs.scalar_type());
+  return at::one_hot(targets, outputs.size(1)).to(outputs.scalar_type());
+}
+
+/// The permutation as an index tensor on `device`.
+inline at::Tensor index_tensor(const std::vector<std::int64_t>& indices, const at::Device& device) {
+  return at::tensor(indices, at::TensorOptions().dtype(at::kLong)).to(device);
+}
+
+class PairMixing {
+ public:
+  PairMixing(std::string plugin, bool interpolate_loss) : plugin_(std::move(plugin)), interpolate_(interpolate_loss) {}
+
+  /// At after_dataloader, once the inputs are mixed: `own` is the weight of each sample's own target, 1 - own
+  /// that of the sample it was mixed with (targets[permutation]).
+  void start(const at::Tensor& targets, const at::Tensor& permutation, double own) {
+    permuted_ = targets.index_select(0, permutation);
+    own_ = own;
+    next_row_ = 0;
+  }
+
+  bool interpolates_loss() const { return interpolate_; }
+
+  /// At before_loss: the rows of this (micro)batch; with target mixing, its targets become
+  /// own * p(target) + (1 - own) * p(permuted target).
+  void before_loss(baton::State& state) {
+    const std::int64_t n = state.batch.targets.size(0);
+    if (!permuted_.defined() || next_row_ + n > permuted_.size(0))
+      throw baton::Error(plugin_ + ": before_loss got " + std::to_string(n) + " rows after " +
+                         std::to_string(next_row_) + " of a batch of " +
+                         std::to_string(permuted_.defined() ? permuted_.size(0) : 0) +
+                         " (did another plugin resize the batch after after_dataloader?)");
+    rows_ = permuted_.narrow(0, next_row_, n);
+    next_row_ += n;
+    if (interpolate_) return;
+    // Tensor methods, not operators: <ATen/TensorOperators.h> would pull in every ATen op.
+    state.batch.targets = as_probabilities(state.batch.targets, state.outputs)
+                              .mul(own_)
+                              .add(as_probabilities(rows_, state.outputs).mul(1.0 - own_));
+  }
+
+  /// At after_loss, with loss interpolation: loss = own * loss + (1 - own) * cross_entropy(outputs, permuted).
+  /// Equal to the loss against mixed targets for cross entropy, the default loss (linear in the targets).
+  void after_loss(baton::State& state) {
+    if (!interpolate_) return;
+    const at::Tensor other = rows_.dim() == state.outputs.dim() ? rows_.to(state.outputs.scalar_type()) : rows_;
+    state.loss = state.loss.mul(own_).add(at::cross_entropy_loss(state.outputs, other).mul(1.0 - own_));
+  }
+
+ private:
+  std::string plugin_;
+  bool interpolate_;
+  at::Tensor permuted_;  // the whole batch's targets, permuted
+  at::Tensor rows_;      // those of the current (micro)batch
+  double own_ = 1.0;
+  std::int64_t next_row_ = 0;
+};
+
+}  // namespace baton_algorithms

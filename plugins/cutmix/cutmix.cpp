@@ -1,0 +1,118 @@
+// CutMix (Yun et al. 2019, https://arxiv.org/abs/1905.04899) as Composer's CutMix algorithm: a box of each image
+// is replaced by the same box of another image of the batch (a random permutation), and the targets are mixed in
+// proportion to the areas.
+//
+//   [[plugins]]
+//   name = "cutmix"
+//   alpha = 1.0                # Beta(alpha, alpha) draws the box's nominal area; >= 0
+//   interpolate_loss = false   # true: keep class-index targets and interpolate the (cross-entropy) loss instead
+//   uniform_sampling = false   # true: the box centre may lie outside the image by half a box, so that every pixel
+//                              # is equally likely to be covered; false: the paper's centre, uniform in the image
+//
+// Inputs are [N, C, H, W]. For lambda ~ Beta(alpha, alpha) the box has sides int(H sqrt(1 - lambda)) and
+// int(W sqrt(1 - lambda)) around a random centre, clipped to the image; lambda is then corrected to the area
+// actually pasted, lambda = 1 - box_area / (H W), and
+//   targets <- lambda * onehot(targets) + (1 - lambda) * onehot(targets[perm])   at before_loss
+// The corrected lambda is logged as "cutmix/lambda".
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include <ATen/ops/index_select.h>
+
+#include "baton/plugin.h"
+#include "batch_random.h"
+#include "pair_mixing.h"
+
+namespace {
+
+using baton::Event;
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+double read_alpha(const baton::PluginConfig& config) {
+  const double alpha = config.get_or<double>("alpha", 1.0);
+  if (!(alpha >= 0) || !std::isfinite(alpha)) config.fail("alpha", "must be a finite number >= 0, got " + number_text(alpha));
+  return alpha;
+}
+
+// Python's floor division, which the reference implementation's box uses for a negative bound.
+std::int64_t floor_div2(std::int64_t x) { return x >= 0 ? x / 2 : -((-x + 1) / 2); }
+
+struct Box {
+  std::int64_t top, left, bottom, right;  // rows [top, bottom), columns [left, right)
+  std::int64_t area() const { return (bottom - top) * (right - left); }
+};
+
+// The paper's box for a nominal lambda: sides scaled by sqrt(1 - lambda), centred at a random pixel (or, with
+// uniform sampling, at a random point up to half a box outside), then clipped to the image.
+Box draw_box(baton_algorithms::BatchRandom& random, std::int64_t height, std::int64_t width, double lambda,
+             bool uniform_sampling) {
+  const double ratio = std::sqrt(1.0 - lambda);
+  const auto cut_h = static_cast<std::int64_t>(static_cast<double>(height) * ratio);
+  const auto cut_w = static_cast<std::int64_t>(static_cast<double>(width) * ratio);
+  const std::int64_t cy = uniform_sampling ? random.between(floor_div2(-cut_h), height + cut_h / 2) : random.below(height);
+  const std::int64_t cx = uniform_sampling ? random.between(floor_div2(-cut_w), width + cut_w / 2) : random.below(width);
+  return {std::clamp<std::int64_t>(cy - cut_h / 2, 0, height), std::clamp<std::int64_t>(cx - cut_w / 2, 0, width),
+          std::clamp<std::int64_t>(cy + cut_h / 2, 0, height), std::clamp<std::int64_t>(cx + cut_w / 2, 0, width)};
+}
+
+class CutMix final : public baton::Algorithm {
+ public:
+  explicit CutMix(const baton::PluginConfig& config)
+      : alpha_(read_alpha(config)),
+        mixing_("cutmix", config.get_or<bool>("interpolate_loss", false)),
+        uniform_sampling_(config.get_or<bool>("uniform_sampling", false)) {}
+
+  bool match(Event event, const baton::State&) override {
+    return event == Event::after_dataloader || event == Event::before_loss ||
+           (event == Event::after_loss && mixing_.interpolates_loss());
+  }
+
+  void apply(Event event, baton::State& state, baton::Logger& logger) override {
+    if (event == Event::after_dataloader)
+      paste_boxes(state, logger);
+    else if (event == Event::before_loss)
+      mixing_.before_loss(state);
+    else
+      mixing_.after_loss(state);
+  }
+
+ private:
+  void paste_boxes(baton::State& state, baton::Logger& logger) {
+    const at::Tensor& inputs = state.batch.inputs;
+    if (inputs.dim() != 4)
+      throw baton::Error("cutmix: expects image inputs [N, C, H, W], got " + std::to_string(inputs.dim()) +
+                         " dimensions");
+    baton_algorithms::BatchRandom random(state, "cutmix");
+    const at::Tensor perm = baton_algorithms::index_tensor(random.permutation(inputs.size(0)), inputs.device());
+    const double nominal = alpha_ > 0 ? random.beta(alpha_, alpha_) : 0.0;
+    const std::int64_t height = inputs.size(2), width = inputs.size(3);
+    const Box box = draw_box(random, height, width, nominal, uniform_sampling_);
+    at::Tensor mixed = inputs.clone();
+    if (box.area() > 0) {
+      auto region = [&](const at::Tensor& t) {
+        return t.narrow(2, box.top, box.bottom - box.top).narrow(3, box.left, box.right - box.left);
+      };
+      region(mixed).copy_(region(inputs.index_select(0, perm)));
+    }
+    state.batch.inputs = mixed;
+    const double lambda = 1.0 - static_cast<double>(box.area()) / static_cast<double>(height * width);
+    mixing_.start(state.batch.targets, perm, lambda);
+    logger.log_metric("cutmix/lambda", lambda);
+  }
+
+  double alpha_;
+  baton_algorithms::PairMixing mixing_;
+  bool uniform_sampling_;
+};
+
+}  // namespace
+
+BATON_PLUGIN(CutMix, "cutmix", "1.0.0", "CutMix: pastes a box of another sample into each image, mixing targets by area")

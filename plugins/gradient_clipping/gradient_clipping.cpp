@@ -1,0 +1,125 @@
+// Gradient clipping as Composer's GradientClipping algorithm, at after_train_batch: once the batch's gradients are
+// complete (accumulated over microbatches, averaged across ranks) and before the optimizer step.
+//
+//   [[plugins]]
+//   name = "gradient_clipping"
+//   clipping_type = "norm"     # required: "norm" | "value" | "adaptive"
+//   clipping_threshold = 1.0   # required, > 0
+//
+//   norm      torch.nn.utils.clip_grad_norm_: all gradients scaled by min(1, threshold / (total_norm + 1e-6)), where
+//             total_norm is the 2-norm of all gradients as one vector. Logs it as "gradient_clipping/grad_norm".
+//   value     torch.nn.utils.clip_grad_value_: every gradient element clamped to [-threshold, threshold].
+//   adaptive  AGC (Brock et al. 2021, https://arxiv.org/abs/2102.06171): per unit (a row of a weight matrix, an
+//             output filter of a convolution, a whole bias vector) the gradient is scaled by
+//             min(1, threshold * max(||W_unit||, 1e-3) / ||G_unit||). The paper's eps keeps parameters that start at
+//             zero (biases) trainable; Composer's version has no eps and would freeze them.
+// Composer's GradientClipping has no defaults for either key, so neither has one here.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
+
+#include "baton/plugin.h"
+
+namespace {
+
+using baton::Event;
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+enum class Clipping { norm, value, adaptive };
+
+Clipping read_type(const baton::PluginConfig& config) {
+  const std::string type = config.get<std::string>("clipping_type");
+  if (type == "norm") return Clipping::norm;
+  if (type == "value") return Clipping::value;
+  if (type == "adaptive") return Clipping::adaptive;
+  config.fail("clipping_type", "must be \"norm\", \"value\" or \"adaptive\", got \"" + type + "\"");
+}
+
+double read_threshold(const baton::PluginConfig& config) {
+  const double threshold = config.get<double>("clipping_threshold");
+  if (!(threshold > 0) || !std::isfinite(threshold))
+    config.fail("clipping_threshold", "must be a finite number > 0, got " + number_text(threshold));
+  return threshold;
+}
+
+// The paper's eps: a unit whose weights have a norm below it is allowed gradients of threshold * eps.
+constexpr double kAgcEps = 1e-3;
+
+// Norms per unit, shaped to broadcast against the tensor: over every dimension but the first for matrices and
+// convolution kernels, over the whole tensor for vectors and scalars (Brock et al.'s unit-wise norm).
+at::Tensor unitwise_norm(const at::Tensor& t) {
+  if (t.dim() <= 1) return at::linalg_vector_norm(t, 2);
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 1; d < t.dim(); ++d) dims.push_back(d);
+  return at::linalg_vector_norm(t, 2, dims, /*keepdim=*/true);
+}
+
+class GradientClipping final : public baton::Algorithm {
+ public:
+  explicit GradientClipping(const baton::PluginConfig& config)
+      : type_(read_type(config)), threshold_(read_threshold(config)) {}
+
+  bool match(Event event, const baton::State&) override { return event == Event::after_train_batch; }
+
+  void apply(Event, baton::State& state, baton::Logger& logger) override {
+    if (state.model == nullptr) throw baton::Error("gradient_clipping: State::model is null");
+    c10::NoGradGuard no_grad;
+    std::vector<at::Tensor> grads, weights;
+    for (const auto& p : state.model->parameters()) {
+      if (!p.grad().defined()) continue;
+      grads.push_back(p.grad());
+      weights.push_back(p.detach());
+    }
+    if (grads.empty()) return;
+    if (type_ == Clipping::norm) {
+      clip_norm(grads, logger);
+    } else if (type_ == Clipping::value) {
+      for (auto& g : grads) g.clamp_(-threshold_, threshold_);
+    } else {
+      for (std::size_t i = 0; i < grads.size(); ++i) clip_adaptive(weights[i], grads[i]);
+    }
+  }
+
+ private:
+  void clip_norm(std::vector<at::Tensor>& grads, baton::Logger& logger) const {
+    std::vector<at::Tensor> norms;
+    for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
+    const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
+    // As clip_grad_norm_: the coefficient stays a tensor (no host sync) and is clamped at 1, so gradients below the
+    // threshold are multiplied by exactly 1.
+    const at::Tensor coefficient = at::clamp(total.add(1e-6).reciprocal().mul(threshold_), c10::nullopt, 1.0);
+    for (auto& g : grads) g.mul_(coefficient.to(g.scalar_type()));
+    logger.log_metric("gradient_clipping/grad_norm", total.item<double>());
+  }
+
+  void clip_adaptive(const at::Tensor& weight, at::Tensor& grad) const {
+    const at::Tensor allowed = at::clamp(unitwise_norm(weight), kAgcEps).mul(threshold_);
+    const at::Tensor norm = unitwise_norm(grad);
+    // A unit with a zero gradient needs no clipping (allowed / 0 would be inf, clamped to 1 anyway; 0 / 0 is not).
+    const at::Tensor coefficient = at::where(norm.gt(allowed), allowed.div(norm), at::ones_like(norm));
+    grad.mul_(coefficient.to(grad.scalar_type()));
+  }
+
+  Clipping type_;
+  double threshold_;
+};
+
+}  // namespace
+
+BATON_PLUGIN(GradientClipping, "gradient_clipping", "1.0.0",
+             "clips the gradients before the optimizer step: by global norm, by value, or adaptively (AGC)")

@@ -1,0 +1,62 @@
+// Label smoothing (Szegedy et al. 2016, https://arxiv.org/abs/1512.00567) as Composer's LabelSmoothing algorithm:
+// the loss is computed against targets shrunk towards the uniform distribution over the C classes,
+//   targets <- (1 - smoothing) * onehot(targets) + smoothing / C
+// set at before_loss and put back at after_loss, so every other event sees the batch's own targets.
+//
+//   [[plugins]]
+//   name = "label_smoothing"
+//   smoothing = 0.1   # in [0, 1]: 0 leaves the targets as they are, 1 makes them uniform
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "baton/plugin.h"
+#include "pair_mixing.h"
+
+namespace {
+
+using baton::Event;
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+double read_smoothing(const baton::PluginConfig& config) {
+  const double smoothing = config.get_or<double>("smoothing", 0.1);
+  if (!(smoothing >= 0 && smoothing <= 1))
+    config.fail("smoothing", "must be in [0, 1], got " + number_text(smoothing));
+  return smoothing;
+}
+
+class LabelSmoothing final : public baton::Algorithm {
+ public:
+  explicit LabelSmoothing(const baton::PluginConfig& config) : smoothing_(read_smoothing(config)) {}
+
+  bool match(Event event, const baton::State&) override {
+    return event == Event::before_loss || event == Event::after_loss;
+  }
+
+  void apply(Event event, baton::State& state, baton::Logger&) override {
+    if (event == Event::before_loss) {
+      original_ = state.batch.targets;
+      const double classes = static_cast<double>(state.outputs.size(1));
+      // Targets that are already probabilities (after MixUp) are smoothed the same way.
+      state.batch.targets =
+          baton_algorithms::as_probabilities(original_, state.outputs).mul(1.0 - smoothing_).add(smoothing_ / classes);
+    } else if (original_.defined()) {
+      state.batch.targets = original_;
+      original_ = at::Tensor();
+    }
+  }
+
+ private:
+  double smoothing_;
+  at::Tensor original_;  // the targets the loss was not computed from, between before_loss and after_loss
+};
+
+}  // namespace
+
+BATON_PLUGIN(LabelSmoothing, "label_smoothing", "1.0.0",
+             "label smoothing: the loss against (1 - smoothing) * onehot + smoothing / classes")

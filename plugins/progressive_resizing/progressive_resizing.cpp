@@ -1,0 +1,125 @@
+// Progressive resizing (fast.ai) as Composer's ProgressiveResizing algorithm: training images start small and grow
+// to full size, then a final stretch trains at full size. At after_dataloader, with f the fraction of training
+// done before this batch:
+//   ramp  = 0 before delay_fraction, then (f - delay_fraction) / (1 - finetune_fraction - delay_fraction), at most 1
+//   scale = initial_scale + (1 - initial_scale) * ramp
+//   width = round_half_even(W * scale / size_increment) * size_increment,  scale' = width / W
+// and the inputs [N, C, H, W] become floor(H scale') x floor(W scale') ("resize": nearest-neighbour interpolation)
+// or int(H scale') x int(W scale') ("crop": a random window). Nothing changes once scale' >= 1.
+//
+//   [[plugins]]
+//   name = "progressive_resizing"
+//   mode = "resize"           # or "crop"
+//   initial_scale = 0.5       # in [0, 1]
+//   delay_fraction = 0.5      # in [0, 1]
+//   finetune_fraction = 0.2   # in [0, 1], with delay_fraction + finetune_fraction <= 1
+//   size_increment = 4        # integer >= 1: widths are multiples of it
+//
+// The model must accept the smaller images (global pooling before the classifier); a model that flattens a fixed
+// size (baton's mlp and convnet) cannot. Logs "progressive_resizing/height", "/width" and "/scale_factor".
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/upsample_nearest2d.h>
+
+#include "baton/plugin.h"
+#include "batch_random.h"
+
+namespace {
+
+using baton::Event;
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+double read_fraction(const baton::PluginConfig& config, const char* key, double fallback) {
+  const double value = config.get_or<double>(key, fallback);
+  if (!(value >= 0 && value <= 1)) config.fail(key, "must be in [0, 1], got " + number_text(value));
+  return value;
+}
+
+class ProgressiveResizing final : public baton::Algorithm {
+ public:
+  explicit ProgressiveResizing(const baton::PluginConfig& config)
+      : mode_(config.get_or("mode", "resize")),
+        initial_scale_(read_fraction(config, "initial_scale", 0.5)),
+        delay_fraction_(read_fraction(config, "delay_fraction", 0.5)),
+        finetune_fraction_(read_fraction(config, "finetune_fraction", 0.2)),
+        size_increment_(config.get_or<std::int64_t>("size_increment", 4)) {
+    if (mode_ != "resize" && mode_ != "crop") config.fail("mode", "must be \"resize\" or \"crop\", got \"" + mode_ + "\"");
+    if (delay_fraction_ + finetune_fraction_ > 1)
+      config.fail("finetune_fraction", "delay_fraction + finetune_fraction must be <= 1, got " +
+                                           number_text(delay_fraction_) + " + " + number_text(finetune_fraction_));
+    if (size_increment_ < 1) config.fail("size_increment", "must be an integer >= 1, got " + std::to_string(size_increment_));
+  }
+
+  bool match(Event event, const baton::State&) override { return event == Event::after_dataloader; }
+
+  void apply(Event, baton::State& state, baton::Logger& logger) override {
+    const at::Tensor& inputs = state.batch.inputs;
+    if (inputs.dim() != 4)
+      throw baton::Error("progressive_resizing: expects image inputs [N, C, H, W], got " +
+                         std::to_string(inputs.dim()) + " dimensions");
+    const double scale = scale_at(state.progress.fraction());
+    const std::int64_t height = inputs.size(2), width = inputs.size(3);
+    // Python's round() (half to even, the current rounding mode's default), as Composer pins the width.
+    // At least one increment: a scale rounding to a width of 0 would leave no image (Composer fails there).
+    const double increment = static_cast<double>(size_increment_);
+    const double pinned =
+        std::max(std::nearbyint(static_cast<double>(width) * scale / increment) * increment, increment);
+    const double factor = pinned / static_cast<double>(width);
+    if (factor < 1) state.batch.inputs = mode_ == "crop" ? crop(state, factor) : resize(inputs, factor);
+    logger.log_metric("progressive_resizing/height", static_cast<double>(state.batch.inputs.size(2)));
+    logger.log_metric("progressive_resizing/width", static_cast<double>(state.batch.inputs.size(3)));
+    logger.log_metric("progressive_resizing/scale_factor", scale);
+  }
+
+ private:
+  double scale_at(double elapsed) const {
+    double ramp = 0;
+    if (elapsed >= delay_fraction_) {
+      const double length = 1 - finetune_fraction_ - delay_fraction_;
+      // A ramp of length 0 is a step to full size at delay_fraction.
+      ramp = length > 0 ? std::min((elapsed - delay_fraction_) / length, 1.0) : 1.0;
+    }
+    return initial_scale_ + (1 - initial_scale_) * ramp;
+  }
+
+  // Nearest-neighbour with the scale given, as torch's interpolate(scale_factor=…, recompute_scale_factor=False):
+  // the output is floor(size * factor) and source pixels are picked by the factor, not the size ratio.
+  static at::Tensor resize(const at::Tensor& inputs, double factor) {
+    const auto h = static_cast<std::int64_t>(std::floor(static_cast<double>(inputs.size(2)) * factor));
+    const auto w = static_cast<std::int64_t>(std::floor(static_cast<double>(inputs.size(3)) * factor));
+    return at::upsample_nearest2d(inputs, {h, w}, factor, factor);
+  }
+
+  // A window of int(size * factor) at a random offset, the same for the whole batch (from the batch's generator,
+  // so a resumed run crops where the uninterrupted one did).
+  static at::Tensor crop(const baton::State& state, double factor) {
+    const at::Tensor& inputs = state.batch.inputs;
+    const auto h = static_cast<std::int64_t>(factor * static_cast<double>(inputs.size(2)));
+    const auto w = static_cast<std::int64_t>(factor * static_cast<double>(inputs.size(3)));
+    baton_algorithms::BatchRandom random(state, "progressive_resizing");
+    const std::int64_t top = inputs.size(2) > h ? random.below(inputs.size(2) - h) : 0;
+    const std::int64_t left = inputs.size(3) > w ? random.below(inputs.size(3) - w) : 0;
+    return inputs.narrow(2, top, h).narrow(3, left, w).contiguous();
+  }
+
+  std::string mode_;
+  double initial_scale_;
+  double delay_fraction_;
+  double finetune_fraction_;
+  std::int64_t size_increment_;
+};
+
+}  // namespace
+
+BATON_PLUGIN(ProgressiveResizing, "progressive_resizing", "1.0.0",
+             "progressive resizing: trains on smaller images early, growing to full size")
