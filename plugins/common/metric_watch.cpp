@@ -55,8 +55,10 @@ void StopMemory::stop(State& state, const std::string& reason) {
   state.request_stop(reason);
 }
 
-void StopMemory::repeat_if_resumed_there(State& state) const {
-  if (stopped_ && state.timestamp().batch == batch_) state.request_stop(reason_ + " (before the resume)");
+bool StopMemory::repeat_if_resumed_there(State& state) const {
+  if (!stopped_ || state.timestamp().batch != batch_) return false;
+  state.request_stop(reason_ + " (before the resume)");
+  return true;
 }
 
 void StopMemory::save(StateDict& out) const {

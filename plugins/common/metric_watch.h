@@ -39,8 +39,9 @@ class StopMemory {
  public:
   /// Requests the stop and remembers it.
   void stop(State& state, const std::string& reason);
-  /// At fit_start: repeats a remembered stop when the run resumes at the batch where it was requested.
-  void repeat_if_resumed_there(State& state) const;
+  /// At fit_start: repeats a remembered stop when the run resumes at the batch where it was requested; returns
+  /// whether it did.
+  bool repeat_if_resumed_there(State& state) const;
   void save(StateDict& out) const;
   void load(const StateDict& in);
 

@@ -2,6 +2,7 @@
 // For the monitor plugins' tests: load a built plugin through the loader, as `baton train` does, and drive it
 // event by event with a State the test fills and a logger that records what it is told. Include after
 // "baton_test.h".
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>

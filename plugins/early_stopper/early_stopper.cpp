@@ -44,7 +44,8 @@ class EarlyStopper final : public baton::Callback {
     // Known only now: plugins add evaluation passes at init.
     pass_ = baton::monitors::eval_pass_of(monitor_, state);
     fitting_ = true;
-    memory_.repeat_if_resumed_there(state);
+    // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.
+    if (memory_.repeat_if_resumed_there(state)) seen_ = true;
   }
 
   // An evaluation pass's own metrics are logged just before its eval_end, and plugins log theirs at eval_end; all

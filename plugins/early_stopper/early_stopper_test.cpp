@@ -174,6 +174,8 @@ TEST_SUITE("early_stopper") {
     again.plugin.callback->fit_start(again.state, again.logger);
     CHECK(again.state.stop_requested());
     CHECK(contains(again.state.stop_reason(), "(before the resume)"));
+    again.plugin.callback->fit_end(again.state, again.logger);
+    CHECK(again.logger.warnings.empty());  // it checked nothing, rightly
 
     // A checkpoint of another monitor is not used, with a warning.
     Driver other("monitor = \"eval/loss\"");

@@ -22,7 +22,8 @@ class ThresholdStopper final : public baton::Callback {
   void fit_start(baton::State& state, baton::Logger&) override {
     pass_ = baton::monitors::eval_pass_of(monitor_, state);  // known only now: plugins add passes at init
     fitting_ = true;
-    memory_.repeat_if_resumed_there(state);
+    // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.
+    if (memory_.repeat_if_resumed_there(state)) seen_ = true;
   }
 
   // Every pass's metrics, its own and those plugins log at its eval_end, are in by eval_after_all.
