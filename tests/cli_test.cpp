@@ -504,6 +504,25 @@ TEST_SUITE("cli") {
     CHECK(contains(early.out, " at ep 1 ba 8, mode max) by more than 1000 for more than 0ep: "));
   }
 
+  TEST_CASE("docs/algorithms.md: every [[plugins]] example of its Callbacks section passes check") {
+    const std::string doc = read_bytes(fs::path(BATON_SOURCE_DIR) / "docs" / "algorithms.md");
+    const auto section = doc.find("## Callbacks");
+    REQUIRE(section != std::string::npos);
+    std::string examples;
+    int count = 0;
+    for (auto at = doc.find("```toml\n", section); at != std::string::npos; at = doc.find("```toml\n", at + 1)) {
+      const auto begin = at + 8;
+      examples += "\n" + doc.substr(begin, doc.find("```", begin) - begin);
+      ++count;
+    }
+    CHECK(count == 5);  // one per monitor
+    auto dir = scratch("algorithms-doc");
+    write(dir / "examples.toml", quick_config(examples));
+    auto check = run_baton(dir, {"check", "examples.toml"});
+    CHECK_MESSAGE(check.status == 0, check.err);
+    CHECK(contains(check.out, "examples.toml: ok (5 plugins)"));
+  }
+
   TEST_CASE("Ctrl-C stops after the current batch with a checkpoint, fit_end, and status 130") {
     auto dir = scratch("signal");
     write(dir / "long.toml", quick_config());
