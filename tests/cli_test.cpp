@@ -440,6 +440,89 @@ TEST_SUITE("cli") {
     CHECK(second_epoch > 0);
   }
 
+  TEST_CASE("nan_monitor: a nan loss in batch 7 fails the run naming it, and the newest checkpoint, ba6, loads") {
+    auto dir = scratch("nan-monitor");
+    // Checkpoints every 2 batches (ba2, ba4, ba6); the fixture makes the loss of batch 7 nan.
+    const std::string run = quick_config_with("save_interval = \"1ep\"", "save_interval = \"2ba\"");
+    write(dir / "nan.toml", run + "\n[[plugins]]\nname = \"nan_monitor\"\n\n[[plugins]]\npath = \"" +
+                                fixture("fixture_nan_loss") + "\"\nat_batch = 7\n");
+    auto failed = run_baton(dir, {"train", "nan.toml", "--allow-insecure-plugins"});
+    CHECK(failed.status == 1);
+    CHECK_MESSAGE(contains(failed.err, "error: plugin 'nan_monitor' failed on event after_loss: nan_monitor: the "
+                                       "training loss of batch 7 (epoch 1, batch 7 of the epoch) is nan; stopped "
+                                       "before its backward pass and optimizer step, so the weights are those after "
+                                       "batch 6"),
+                  failed.err);
+    const auto checkpoints = dir / "runs" / "quick" / "checkpoints";
+    CHECK(fs::exists(checkpoints / "ba6" / "meta.json"));
+    CHECK_FALSE(fs::exists(checkpoints / "ba7"));
+    CHECK_FALSE(fs::exists(checkpoints / "ba8"));
+    CHECK_FALSE(fs::exists(checkpoints / "ep1"));
+
+    // The newest checkpoint is whole: it evaluates to finite numbers, and a run without the fault resumes from it
+    // to the end.
+    auto eval = run_baton(dir, {"eval", "nan.toml", "--checkpoint", "runs/quick/checkpoints/ba6",
+                                "--allow-insecure-plugins"});
+    CHECK_MESSAGE(eval.status == 0, eval.err);
+    CHECK(contains(eval.out, "checkpoint runs/quick/checkpoints/ba6: eval loss "));
+    CHECK_FALSE(contains(eval.out, "nan"));
+    write(dir / "clean.toml", run + "\n[[plugins]]\nname = \"nan_monitor\"\n");
+    auto resumed = run_baton(dir, {"train", "clean.toml", "--resume", "auto"});
+    CHECK_MESSAGE(resumed.status == 0, resumed.err);
+    CHECK(contains(resumed.err, "resumed from runs/quick/checkpoints/ba6"));
+    CHECK(contains(resumed.out, "trained to ep 2 ba 16"));
+  }
+
+  TEST_CASE("a stopper's stop: status 0 (not 130, an interrupt's), its reason printed; a resume there stops again") {
+    auto dir = scratch("stoppers");
+    // eval/loss is always below 1000: the first evaluation (ep 1) stops the 4-epoch run.
+    write(dir / "threshold.toml",
+          quick_config_with("max_duration = \"2ep\"", "max_duration = \"4ep\"") +
+              "\n[[plugins]]\nname = \"threshold_stopper\"\nmonitor = \"eval/loss\"\nthreshold = 1000\n");
+    auto stopped = run_baton(dir, {"train", "threshold.toml"});
+    CHECK_MESSAGE(stopped.status == 0, stopped.err);
+    CHECK(contains(stopped.out, "trained to ep 1 ba 8 in "));
+    CHECK(contains(stopped.out, ", stopped: threshold_stopper: eval/loss "));
+    CHECK(contains(stopped.out, " < threshold 1000 at ep 1 ba 8\n"));
+    CHECK(contains(stopped.out, "last checkpoint: runs/quick/checkpoints/ep1"));
+    CHECK_FALSE(fs::exists(dir / "runs" / "quick" / "checkpoints" / "ep2"));
+    auto again = run_baton(dir, {"train", "threshold.toml", "--resume", "auto"});
+    CHECK_MESSAGE(again.status == 0, again.err);
+    CHECK(contains(again.out, "trained to ep 1 ba 8 in "));
+    CHECK(contains(again.out, " at ep 1 ba 8 (before the resume)"));
+
+    // No evaluation improves eval/accuracy by more than 1000: the best stays ep 1's, and with patience 0 the
+    // second evaluation (ep 2), which waited 1 epoch, stops the run.
+    write(dir / "early.toml",
+          quick_config_with("max_duration = \"2ep\"", "max_duration = \"4ep\"") +
+              "\n[[plugins]]\nname = \"early_stopper\"\nmonitor = \"eval/accuracy\"\npatience = 0\n"
+              "min_delta = 1000\n");
+    auto early = run_baton(dir, {"train", "early.toml"});
+    CHECK_MESSAGE(early.status == 0, early.err);
+    CHECK(contains(early.out, "trained to ep 2 ba 16 in "));
+    CHECK(contains(early.out, ", stopped: early_stopper: eval/accuracy has not improved on its best ("));
+    CHECK(contains(early.out, " at ep 1 ba 8, mode max) by more than 1000 for more than 0ep: "));
+  }
+
+  TEST_CASE("docs/algorithms.md: every [[plugins]] example of its Callbacks section passes check") {
+    const std::string doc = read_bytes(fs::path(BATON_SOURCE_DIR) / "docs" / "algorithms.md");
+    const auto section = doc.find("## Callbacks");
+    REQUIRE(section != std::string::npos);
+    std::string examples;
+    int count = 0;
+    for (auto at = doc.find("```toml\n", section); at != std::string::npos; at = doc.find("```toml\n", at + 1)) {
+      const auto begin = at + 8;
+      examples += "\n" + doc.substr(begin, doc.find("```", begin) - begin);
+      ++count;
+    }
+    CHECK(count == 5);  // one per monitor
+    auto dir = scratch("algorithms-doc");
+    write(dir / "examples.toml", quick_config(examples));
+    auto check = run_baton(dir, {"check", "examples.toml"});
+    CHECK_MESSAGE(check.status == 0, check.err);
+    CHECK(contains(check.out, "examples.toml: ok (5 plugins)"));
+  }
+
   TEST_CASE("Ctrl-C stops after the current batch with a checkpoint, fit_end, and status 130") {
     auto dir = scratch("signal");
     write(dir / "long.toml", quick_config());

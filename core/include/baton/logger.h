@@ -1,6 +1,10 @@
 #pragma once
 // What a plugin logs through. Metrics go to State::metrics at once and to the run's metrics.jsonl at the current
-// time (written at the trainer's next flush: a train/loss log or the end of an evaluation); they are not printed.
+// time (written at the trainer's next flush: a train/loss log, the end of an evaluation, the end of the run).
+// The console shows only those logged during an evaluation pass (eval_start to eval_end): they are printed on
+// that pass's line after its loss and accuracy, as "  <name> <value>" with 4 decimals, each name once with its
+// latest value, in the order first logged (not with --quiet, which drops the line). Metrics logged at any other
+// event are not printed.
 // info and warn lines go to the console (rank 0).
 #include <string_view>
 

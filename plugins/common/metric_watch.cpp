@@ -1,0 +1,79 @@
+#include "metric_watch.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace baton::monitors {
+
+std::string read_monitor(const PluginConfig& config) {
+  if (!config.has("monitor")) config.fail("monitor", "missing: expected a metric name such as \"eval/accuracy\"");
+  std::string monitor = config.get<std::string>("monitor");
+  if (monitor.empty()) config.fail("monitor", "expected a metric name such as \"eval/accuracy\", got \"\"");
+  return monitor;
+}
+
+Goal read_goal(const PluginConfig& config, const std::string& monitor) {
+  if (config.has("mode")) {
+    std::string mode = config.get<std::string>("mode");
+    if (mode == "min") return Goal::minimize;
+    if (mode == "max") return Goal::maximize;
+    config.fail("mode", "expected \"min\" (lower is better) or \"max\" (higher is better), got \"" + mode + "\"");
+  }
+  std::string lower = monitor;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* lossy : {"loss", "error", "perplexity"})
+    if (lower.find(lossy) != std::string::npos) return Goal::minimize;
+  return Goal::maximize;
+}
+
+const char* goal_name(Goal goal) { return goal == Goal::minimize ? "min" : "max"; }
+
+std::string eval_pass_of(const std::string& metric, const State& state) {
+  const auto slash = metric.find('/');
+  if (slash == std::string::npos) return "";
+  const std::string prefix = metric.substr(0, slash);
+  for (const auto& label : state.eval_labels)
+    if (label == prefix) return label;
+  return "";
+}
+
+std::string format_value(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+  return buffer;
+}
+
+std::string format_time(std::int64_t epoch, std::int64_t batch) {
+  return "ep " + std::to_string(epoch) + " ba " + std::to_string(batch);
+}
+
+void StopMemory::stop(State& state, const std::string& reason) {
+  stopped_ = true;
+  batch_ = state.timestamp().batch;
+  reason_ = reason;
+  state.request_stop(reason);
+}
+
+bool StopMemory::repeat_if_resumed_there(State& state) const {
+  if (!stopped_ || state.timestamp().batch != batch_) return false;
+  state.request_stop(reason_ + " (before the resume)");
+  return true;
+}
+
+void StopMemory::save(StateDict& out) const {
+  out.set_bool("stopped", stopped_);
+  if (!stopped_) return;
+  out.set_int("stopped_at_batch", batch_);
+  out.set_string("stop_reason", reason_);
+}
+
+void StopMemory::load(const StateDict& in) {
+  *this = StopMemory();
+  if (!in.has("stopped") || !in.get_bool("stopped")) return;
+  stopped_ = true;
+  batch_ = in.get_int("stopped_at_batch");
+  reason_ = in.get_string("stop_reason");
+}
+
+}  // namespace baton::monitors

@@ -1,0 +1,54 @@
+#pragma once
+// What the metric-watching callbacks (early_stopper, threshold_stopper) share: reading `monitor` and `mode`,
+// telling an evaluation pass's metric from the others, formatting values and times for stop reasons, and
+// remembering a stop across a resume. Compiled into each plugin that uses it (plugins share no library).
+#include <cstdint>
+#include <string>
+
+#include "baton/plugin.h"
+
+namespace baton::monitors {
+
+/// Which way is better for the monitored metric.
+enum class Goal { minimize, maximize };
+
+/// `monitor`: required, a metric name such as "eval/accuracy".
+std::string read_monitor(const PluginConfig& config);
+
+/// `mode`: "min" or "max". Without it, Composer's default: a metric whose name contains "loss", "error" or
+/// "perplexity" (any case) is minimised, every other one maximised.
+Goal read_goal(const PluginConfig& config, const std::string& monitor);
+
+const char* goal_name(Goal goal);  // "min", "max"
+
+/// The evaluation pass that logs `metric` ("eval" for "eval/accuracy", "eval_raw" for "eval_raw/loss"), or ""
+/// when its prefix is none of state.eval_labels (then it is a training or plugin metric). Valid from fit_start on:
+/// plugins may add passes at init.
+std::string eval_pass_of(const std::string& metric, const State& state);
+
+/// A metric value for messages: up to 6 significant digits ("0.8125", "1e-05", "nan").
+std::string format_value(double value);
+
+/// "ep 1 ba 8", as the trainer prints times.
+std::string format_time(std::int64_t epoch, std::int64_t batch);
+
+/// A stop this plugin requested, kept in its checkpoint state. The checkpoint written when a run stops carries
+/// it, so a run resumed from that checkpoint stops again at once, as the uninterrupted run had stopped there;
+/// a run resumed from an earlier checkpoint carries none and decides afresh.
+class StopMemory {
+ public:
+  /// Requests the stop and remembers it.
+  void stop(State& state, const std::string& reason);
+  /// At fit_start: repeats a remembered stop when the run resumes at the batch where it was requested; returns
+  /// whether it did.
+  bool repeat_if_resumed_there(State& state) const;
+  void save(StateDict& out) const;
+  void load(const StateDict& in);
+
+ private:
+  bool stopped_ = false;
+  std::int64_t batch_ = 0;
+  std::string reason_;
+};
+
+}  // namespace baton::monitors
