@@ -65,6 +65,26 @@ struct StopAtBatch : baton::Callback {
   }
 };
 
+// Asks for a stop at the evaluation after batch `at_batch`, as an early stopper does, and adds a file of its own to
+// every checkpoint written through the checkpoint events.
+struct StopInEvaluation : baton::Callback {
+  std::int64_t at_batch;
+  int files_added = 0;
+  explicit StopInEvaluation(std::int64_t b) : at_batch(b) {}
+  void eval_after_all(baton::State& s, baton::Logger&) override {
+    if (s.timestamp().batch == at_batch) s.request_stop("no improvement");
+  }
+  void on_checkpoint(baton::State& s) {
+    if (!s.checkpoint) return;
+    baton::StateDict content;
+    content.set_int("batch", s.timestamp().batch);
+    s.checkpoint->add_tensors_file("stopper.safetensors", content);
+    ++files_added;
+  }
+  void batch_checkpoint(baton::State& s, baton::Logger&) override { on_checkpoint(s); }
+  void epoch_checkpoint(baton::State& s, baton::Logger&) override { on_checkpoint(s); }
+};
+
 struct EndWatcher : baton::Callback {
   bool fit_end_seen = false;
   bool closed = false;
@@ -234,6 +254,30 @@ TEST_SUITE("trainer") {
     CHECK(watcher->fit_end_seen);
     CHECK(result.last_checkpoint == (dir / "checkpoints" / "ba2").string());
     CHECK_NOTHROW(baton::verify_checkpoint(result.last_checkpoint));
+  }
+
+  TEST_CASE("a stop asked for during an evaluation ends the run with a checkpoint taken through its events") {
+    // An early stopper acts at eval_after_all; the save is not due at this batch (saves every epoch), yet the
+    // run's last checkpoint must still fire batch_checkpoint, so plugins add their files (ema.safetensors) to it.
+    for (const char* unit : {"ba", "ep"}) {
+      CAPTURE(unit);
+      auto dir = baton::test::scratch_dir(std::string("trainer-stop-in-eval-") + unit);
+      auto options = quiet_options(dir.string());
+      const bool in_batches = std::string(unit) == "ba";
+      options.eval_interval = in_batches ? Time(2, TimeUnit::batch) : Time(1, TimeUnit::epoch);
+      options.save_interval = in_batches ? Time(1, TimeUnit::epoch) : Time(2, TimeUnit::epoch);
+      options.max_duration = Time(3, TimeUnit::epoch);
+      auto trainer = make_trainer(options);
+      auto stopper = std::make_shared<StopInEvaluation>(in_batches ? 2 : 3);  // batch 3 ends epoch 1
+      trainer->add_plugin("stopper", stopper);
+      auto result = trainer->fit();
+      CHECK(result.stop_cause == baton::StopCause::plugin);
+      CHECK(result.end.batch == (in_batches ? 2 : 3));
+      const auto expected = dir / "checkpoints" / (in_batches ? "ba2" : "ep1");
+      CHECK(result.last_checkpoint == expected.string());
+      CHECK(fs::exists(expected / "stopper.safetensors"));
+      CHECK(stopper->files_added == 1);
+    }
   }
 
   TEST_CASE("--resume auto skips a corrupt newest checkpoint with a warning; an explicit corrupt one fails") {

@@ -63,6 +63,8 @@ struct BATON_API State {
   ///    backpropagates the loss it reads back after before_backward.
   ///  - evaluation: the eval batch from eval_batch_start to eval_batch_end, its `outputs` from eval_after_forward;
   ///    the pass's loss and accuracy are computed from the outputs and targets read back after eval_after_forward.
+  ///  - prediction: the batch from predict_batch_start to predict_batch_end, its `outputs` from
+  ///    predict_after_forward (read back after it).
   /// Targets are class indices (int64 [N]) or class probabilities (float [N, C], e.g. after label smoothing or
   /// MixUp): the default loss takes either, accuracy takes the argmax of probabilities.
   Batch batch;
