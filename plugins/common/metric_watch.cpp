@@ -76,4 +76,49 @@ void StopMemory::load(const StateDict& in) {
   reason_ = in.get_string("stop_reason");
 }
 
+MetricStopper::MetricStopper(std::string plugin_name, const PluginConfig& config)
+    : name_(std::move(plugin_name)), monitor_(read_monitor(config)), goal_(read_goal(config, monitor_)) {}
+
+void MetricStopper::fit_start(State& state, Logger& logger) {
+  on_fit_start(logger);
+  pass_ = eval_pass_of(monitor_, state);  // known only now: plugins add evaluation passes at init
+  fitting_ = true;
+  // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.
+  if (memory_.repeat_if_resumed_there(state)) seen_ = true;
+}
+
+void MetricStopper::eval_after_all(State& state, Logger&) {
+  if (!fitting_ || pass_.empty()) return;
+  auto it = state.metrics.find(monitor_);
+  if (it == state.metrics.end())
+    throw Error(name_ + ": the '" + pass_ + "' evaluation logged no metric '" + monitor_ + "' (it logs " + pass_ +
+                "/loss and " + pass_ + "/accuracy; plugins may add others)");
+  check(state, it->second);
+}
+
+void MetricStopper::epoch_end(State& state, Logger&) {
+  if (fitting_ && pass_.empty()) check_latest(state);
+}
+
+void MetricStopper::batch_end(State& state, Logger&) {
+  if (fitting_ && pass_.empty() && checks_each_batch()) check_latest(state);
+}
+
+void MetricStopper::fit_end(State&, Logger& logger) {
+  fitting_ = false;
+  if (!seen_)
+    logger.warn(name_ + ": no metric '" + monitor_ + "' was logged during the run, so it never checked; is the name "
+                "right (e.g. \"eval/accuracy\", \"train/loss\")?");
+}
+
+bool MetricStopper::too_late(const State& state) {
+  // A stop at the run's last batch would stop nothing and only make a finished run read as stopped.
+  return state.stop_requested() || state.progress.reached(state.progress.max_duration);
+}
+
+void MetricStopper::check_latest(State& state) {
+  auto it = state.metrics.find(monitor_);
+  if (it != state.metrics.end()) check(state, it->second);
+}
+
 }  // namespace baton::monitors

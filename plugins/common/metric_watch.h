@@ -51,4 +51,39 @@ class StopMemory {
   std::string reason_;
 };
 
+/// The event logic the stoppers share: where the monitored metric is fresh and checked (an evaluation pass's at
+/// eval_after_all, when each pass's own metrics and those plugins log at its eval_end are all in; a training or
+/// plugin metric at epoch_end, and at batch_end when `checks_each_batch()`), only between fit_start and fit_end
+/// (`baton eval` checks nothing), and a warning at fit_end when the metric never came.
+class MetricStopper : public Callback {
+ public:
+  MetricStopper(std::string plugin_name, const PluginConfig& config);
+
+  void fit_start(State& state, Logger& logger) override;
+  void eval_after_all(State& state, Logger& logger) override;
+  void epoch_end(State& state, Logger& logger) override;
+  void batch_end(State& state, Logger& logger) override;
+  void fit_end(State& state, Logger& logger) override;
+
+ protected:
+  /// Looks at a fresh value of the metric; may stop the run through memory_.
+  virtual void check(State& state, double value) = 0;
+  virtual bool checks_each_batch() const = 0;
+  /// Called at fit_start before anything else (a plugin's own warnings from load_state_dict).
+  virtual void on_fit_start(Logger&) {}
+  /// Whether the stop the run asks for now would stop nothing (its last batch) or was asked already.
+  static bool too_late(const State& state);
+
+  const std::string name_;
+  const std::string monitor_;
+  const Goal goal_;
+  bool seen_ = false;  // a value of the metric came
+  StopMemory memory_;
+
+ private:
+  void check_latest(State& state);
+  std::string pass_;      // the evaluation pass whose metric this is; "" for a training or plugin metric
+  bool fitting_ = false;  // between fit_start and fit_end
+};
+
 }  // namespace baton::monitors

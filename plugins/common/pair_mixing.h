@@ -5,6 +5,7 @@
 // Microbatches: the trainer fires before_forward … after_backward once per microbatch, with consecutive slices of
 // the batch on State, in order (docs/events.md). The permutation is drawn over the whole batch, so each
 // before_loss takes the next rows of the whole batch's permuted targets.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,7 +18,9 @@
 #include <ATen/ops/tensor.h>
 
 #include "baton/error.h"
+#include "baton/plugin.h"
 #include "baton/state.h"
+#include "number_text.h"
 
 namespace baton_algorithms {
 
@@ -80,6 +83,44 @@ class PairMixing {
   at::Tensor rows_;      // those of the current (micro)batch
   double own_ = 1.0;
   std::int64_t next_row_ = 0;
+};
+
+/// The algorithm MixUp and CutMix both are: `alpha` (the Beta distribution's parameter) and `interpolate_loss`
+/// read the same way, the inputs mixed at after_dataloader by the subclass, then the targets at before_loss, or the
+/// loss at after_loss with interpolate_loss.
+class PairMixingAlgorithm : public baton::Algorithm {
+ public:
+  PairMixingAlgorithm(const std::string& plugin, const baton::PluginConfig& config, double default_alpha)
+      : alpha_(read_alpha(config, default_alpha)), mixing_(plugin, config.get_or<bool>("interpolate_loss", false)) {}
+
+  bool match(baton::Event event, const baton::State&) override {
+    return event == baton::Event::after_dataloader || event == baton::Event::before_loss ||
+           (event == baton::Event::after_loss && mixing_.interpolates_loss());
+  }
+
+  void apply(baton::Event event, baton::State& state, baton::Logger& logger) override {
+    if (event == baton::Event::after_dataloader)
+      mix_inputs(state, logger);
+    else if (event == baton::Event::before_loss)
+      mixing_.before_loss(state);
+    else
+      mixing_.after_loss(state);
+  }
+
+ protected:
+  /// Mixes state.batch.inputs with a permutation of the batch and starts mixing_ with it.
+  virtual void mix_inputs(baton::State& state, baton::Logger& logger) = 0;
+
+  const double alpha_;
+  PairMixing mixing_;
+
+ private:
+  static double read_alpha(const baton::PluginConfig& config, double fallback) {
+    const double alpha = config.get_or<double>("alpha", fallback);
+    if (!(alpha >= 0) || !std::isfinite(alpha))
+      config.fail("alpha", "must be a finite number >= 0, got " + baton::plugins::number_text(alpha));
+    return alpha;
+  }
 };
 
 }  // namespace baton_algorithms

@@ -30,17 +30,6 @@ namespace {
 
 using baton::Event;
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
-double read_alpha(const baton::PluginConfig& config) {
-  const double alpha = config.get_or<double>("alpha", 1.0);
-  if (!(alpha >= 0) || !std::isfinite(alpha)) config.fail("alpha", "must be a finite number >= 0, got " + number_text(alpha));
-  return alpha;
-}
 
 // Python's floor division, which the reference implementation's box uses for a negative bound.
 std::int64_t floor_div2(std::int64_t x) { return x >= 0 ? x / 2 : -((-x + 1) / 2); }
@@ -63,29 +52,14 @@ Box draw_box(baton_algorithms::BatchRandom& random, std::int64_t height, std::in
           std::clamp<std::int64_t>(cy + cut_h / 2, 0, height), std::clamp<std::int64_t>(cx + cut_w / 2, 0, width)};
 }
 
-class CutMix final : public baton::Algorithm {
+class CutMix final : public baton_algorithms::PairMixingAlgorithm {
  public:
   explicit CutMix(const baton::PluginConfig& config)
-      : alpha_(read_alpha(config)),
-        mixing_("cutmix", config.get_or<bool>("interpolate_loss", false)),
+      : PairMixingAlgorithm("cutmix", config, 1.0),
         uniform_sampling_(config.get_or<bool>("uniform_sampling", false)) {}
 
-  bool match(Event event, const baton::State&) override {
-    return event == Event::after_dataloader || event == Event::before_loss ||
-           (event == Event::after_loss && mixing_.interpolates_loss());
-  }
-
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::after_dataloader)
-      paste_boxes(state, logger);
-    else if (event == Event::before_loss)
-      mixing_.before_loss(state);
-    else
-      mixing_.after_loss(state);
-  }
-
  private:
-  void paste_boxes(baton::State& state, baton::Logger& logger) {
+  void mix_inputs(baton::State& state, baton::Logger& logger) override {
     const at::Tensor& inputs = state.batch.inputs;
     if (inputs.dim() != 4)
       throw baton::Error("cutmix: expects image inputs [N, C, H, W], got " + std::to_string(inputs.dim()) +
@@ -108,8 +82,6 @@ class CutMix final : public baton::Algorithm {
     logger.log_metric("cutmix/lambda", lambda);
   }
 
-  double alpha_;
-  baton_algorithms::PairMixing mixing_;
   bool uniform_sampling_;
 };
 

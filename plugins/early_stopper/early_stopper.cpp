@@ -27,52 +27,15 @@ baton::Time read_patience(const baton::PluginConfig& config) {
   return baton::Time(static_cast<double>(*epochs), baton::TimeUnit::epoch);
 }
 
-class EarlyStopper final : public baton::Callback {
+class EarlyStopper final : public baton::monitors::MetricStopper {
  public:
   explicit EarlyStopper(const baton::PluginConfig& config)
-      : monitor_(baton::monitors::read_monitor(config)),
-        goal_(baton::monitors::read_goal(config, monitor_)),
+      : MetricStopper("early_stopper", config),
         patience_(read_patience(config)),
         min_delta_(config.get_or<double>("min_delta", 0.0)) {
     if (!(min_delta_ >= 0.0))  // get<double> refuses nan and inf
       config.fail("min_delta", "expected a number >= 0 (the least change that counts as an improvement), got " +
                                    baton::monitors::format_value(min_delta_));
-  }
-
-  void fit_start(baton::State& state, baton::Logger& logger) override {
-    if (!load_warning_.empty()) logger.warn(load_warning_);
-    // Known only now: plugins add evaluation passes at init.
-    pass_ = baton::monitors::eval_pass_of(monitor_, state);
-    fitting_ = true;
-    // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.
-    if (memory_.repeat_if_resumed_there(state)) seen_ = true;
-  }
-
-  // An evaluation pass's own metrics are logged just before its eval_end, and plugins log theirs at eval_end; all
-  // of them are in by eval_after_all, whatever the order of the plugins.
-  void eval_after_all(baton::State& state, baton::Logger&) override {
-    if (!fitting_ || pass_.empty()) return;  // not in `baton eval`, which only evaluates
-    auto it = state.metrics.find(monitor_);
-    if (it == state.metrics.end())
-      throw baton::Error("early_stopper: the '" + pass_ + "' evaluation logged no metric '" + monitor_ +
-                         "' (it logs " + pass_ + "/loss and " + pass_ + "/accuracy; plugins may add others)");
-    check(state, it->second);
-  }
-
-  // Training and plugin metrics: as in Composer, checked at the end of each epoch, and after every batch when
-  // patience counts batches.
-  void epoch_end(baton::State& state, baton::Logger&) override {
-    if (fitting_ && pass_.empty()) check_latest(state);
-  }
-  void batch_end(baton::State& state, baton::Logger&) override {
-    if (fitting_ && pass_.empty() && patience_.unit() == baton::TimeUnit::batch) check_latest(state);
-  }
-
-  void fit_end(baton::State&, baton::Logger& logger) override {
-    fitting_ = false;
-    if (!seen_ && !best_)
-      logger.warn("early_stopper: no metric '" + monitor_ + "' was logged during the run, so it never checked; is "
-                  "the name right (e.g. \"eval/accuracy\", \"train/loss\")?");
   }
 
   void state_dict(baton::StateDict& out) const override {
@@ -101,6 +64,7 @@ class EarlyStopper final : public baton::Callback {
       return;
     }
     if (in.get_bool("has_best")) {
+      seen_ = true;  // the metric came before the resume: no warning that it never did
       best_ = in.get_double("best");
       best_epoch_ = in.get_int("best_epoch");
       best_batch_ = in.get_int("best_batch");
@@ -109,10 +73,13 @@ class EarlyStopper final : public baton::Callback {
   }
 
  private:
-  void check_latest(baton::State& state) {
-    auto it = state.metrics.find(monitor_);
-    if (it != state.metrics.end()) check(state, it->second);
+  void on_fit_start(baton::Logger& logger) override {
+    if (!load_warning_.empty()) logger.warn(load_warning_);
   }
+
+  // Training and plugin metrics: as in Composer, checked at the end of each epoch, and after every batch when
+  // patience counts batches.
+  bool checks_each_batch() const override { return patience_.unit() == baton::TimeUnit::batch; }
 
   bool improves(double value) const {
     if (!std::isfinite(*best_)) return std::isfinite(value);  // anything finite beats a nan or inf best
@@ -122,7 +89,7 @@ class EarlyStopper final : public baton::Callback {
 
   // Composer's rule: a new best when it improves on the best by more than min_delta; a stop once more than
   // `patience` has passed since the best.
-  void check(baton::State& state, double value) {
+  void check(baton::State& state, double value) override {
     seen_ = true;
     const auto& now = state.timestamp();
     if (!best_ || improves(value)) {
@@ -133,9 +100,7 @@ class EarlyStopper final : public baton::Callback {
     }
     const bool in_batches = patience_.unit() == baton::TimeUnit::batch;
     const std::int64_t waited = in_batches ? now.batch - best_batch_ : now.epoch - best_epoch_;
-    // A stop at the run's last batch would stop nothing and only make a finished run read as stopped.
-    if (waited <= patience_.count() || state.stop_requested() || state.progress.reached(state.progress.max_duration))
-      return;
+    if (waited <= patience_.count() || too_late(state)) return;
     using baton::monitors::format_value;
     memory_.stop(state, "early_stopper: " + monitor_ + " has not improved on its best (" + format_value(*best_) +
                             " at " + baton::monitors::format_time(best_epoch_, best_batch_) + ", mode " +
@@ -144,18 +109,12 @@ class EarlyStopper final : public baton::Callback {
                             baton::monitors::format_time(now.epoch, now.batch));
   }
 
-  std::string monitor_;
-  Goal goal_;
   baton::Time patience_;
   double min_delta_;
-  std::string pass_;  // the evaluation pass whose metric this is; "" for a training or plugin metric
   std::optional<double> best_;
   std::int64_t best_epoch_ = 0;
   std::int64_t best_batch_ = 0;
-  bool seen_ = false;
-  bool fitting_ = false;  // between fit_start and fit_end
   std::string load_warning_;
-  baton::monitors::StopMemory memory_;
 };
 
 }  // namespace

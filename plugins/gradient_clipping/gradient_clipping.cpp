@@ -29,16 +29,13 @@
 #include <torch/nn/module.h>
 
 #include "baton/plugin.h"
+#include "number_text.h"
 
 namespace {
 
 using baton::Event;
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
+using baton::plugins::number_text;
 
 enum class Clipping { norm, value, adaptive };
 

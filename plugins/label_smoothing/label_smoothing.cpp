@@ -11,17 +11,14 @@
 #include <string>
 
 #include "baton/plugin.h"
+#include "number_text.h"
 #include "pair_mixing.h"
 
 namespace {
 
 using baton::Event;
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
+using baton::plugins::number_text;
 
 double read_smoothing(const baton::PluginConfig& config) {
   const double smoothing = config.get_or<double>("smoothing", 0.1);

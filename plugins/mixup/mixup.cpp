@@ -27,39 +27,13 @@ namespace {
 
 using baton::Event;
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
 
-double read_alpha(const baton::PluginConfig& config) {
-  const double alpha = config.get_or<double>("alpha", 0.2);
-  if (!(alpha >= 0) || !std::isfinite(alpha)) config.fail("alpha", "must be a finite number >= 0, got " + number_text(alpha));
-  return alpha;
-}
-
-class MixUp final : public baton::Algorithm {
+class MixUp final : public baton_algorithms::PairMixingAlgorithm {
  public:
-  explicit MixUp(const baton::PluginConfig& config)
-      : alpha_(read_alpha(config)), mixing_("mixup", config.get_or<bool>("interpolate_loss", false)) {}
-
-  bool match(Event event, const baton::State&) override {
-    return event == Event::after_dataloader || event == Event::before_loss ||
-           (event == Event::after_loss && mixing_.interpolates_loss());
-  }
-
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::after_dataloader)
-      mix_inputs(state, logger);
-    else if (event == Event::before_loss)
-      mixing_.before_loss(state);
-    else
-      mixing_.after_loss(state);
-  }
+  explicit MixUp(const baton::PluginConfig& config) : PairMixingAlgorithm("mixup", config, 0.2) {}
 
  private:
-  void mix_inputs(baton::State& state, baton::Logger& logger) {
+  void mix_inputs(baton::State& state, baton::Logger& logger) override {
     baton_algorithms::BatchRandom random(state, "mixup");
     double mixing = 0;
     if (alpha_ > 0) {
@@ -73,8 +47,6 @@ class MixUp final : public baton::Algorithm {
     logger.log_metric("mixup/mixing", mixing);
   }
 
-  double alpha_;
-  baton_algorithms::PairMixing mixing_;
 };
 
 }  // namespace

@@ -27,17 +27,14 @@
 #include <ATen/ops/upsample_nearest2d.h>
 
 #include "baton/plugin.h"
+#include "number_text.h"
 #include "batch_random.h"
 
 namespace {
 
 using baton::Event;
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
+using baton::plugins::number_text;
 
 double read_fraction(const baton::PluginConfig& config, const char* key, double fallback) {
   const double value = config.get_or<double>(key, fallback);
