@@ -20,11 +20,10 @@
 #include <torch/optim/sgd.h>
 
 #include "baton/trainer.h"
-#include "config/config.h"
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 #include "data/sampler.h"
-#include "loader/plugin_loader.h"
-#include "models/models.h"
+#include "baton/plugin_loader.h"
+#include "baton/models.h"
 
 namespace {
 

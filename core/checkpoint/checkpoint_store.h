@@ -16,13 +16,12 @@
 #include "baton/state_dict.h"
 #include "baton/time.h"
 
-#include "baton/export.h"
 
 namespace baton {
 
 inline constexpr int kCheckpointFormatVersion = 1;
 
-struct BATON_API CheckpointData {
+struct CheckpointData {
   Timestamp timestamp;
   std::string config_text;  // the resolved config, for reference
   /// Named sections: "model", "optimizer", "trainer", "plugin/<id>", ... in order.
@@ -34,7 +33,7 @@ struct BATON_API CheckpointData {
   const StateDict* section(const std::string& name) const;
 };
 
-struct BATON_API CheckpointInfo {
+struct CheckpointInfo {
   std::string path;
   std::string name;
   Timestamp timestamp;
@@ -42,13 +41,13 @@ struct BATON_API CheckpointInfo {
 
 /// A folder among the checkpoints that is not one this baton can use (meta.json missing, garbage or of another
 /// format, or the folder empty), and why.
-struct BATON_API SkippedCheckpoint {
+struct SkippedCheckpoint {
   std::string path;
   std::string reason;         // the CheckpointError's message, which names the folder
   bool newer_format = false;  // written by a newer baton: never overwritten, and --resume auto stops at it
 };
 
-class BATON_API CheckpointStore {
+class CheckpointStore {
  public:
   /// `dir` is created on the first save. Stale temporary folders of interrupted saves are removed here.
   CheckpointStore(std::string dir, std::int64_t keep_last);
@@ -80,12 +79,12 @@ class BATON_API CheckpointStore {
 
 /// Checks a checkpoint folder completely (meta.json, file sizes and crc32s, safetensors headers).
 /// Throws CheckpointError naming the file and the problem.
-BATON_API void verify_checkpoint(const std::string& path);
+void verify_checkpoint(const std::string& path);
 
 /// Verifies and loads a checkpoint folder. Throws CheckpointError naming the file and the problem.
-BATON_API CheckpointData load_checkpoint(const std::string& path);
+CheckpointData load_checkpoint(const std::string& path);
 
 /// Reads only meta.json's timestamp and name (cheap; no verification of the data files).
-BATON_API CheckpointInfo read_checkpoint_info(const std::string& path);
+CheckpointInfo read_checkpoint_info(const std::string& path);
 
 }  // namespace baton

@@ -7,19 +7,18 @@
 #include <string_view>
 
 #include "baton/durable_file.h"
-#include "baton/export.h"
 
 namespace baton {
 
 // fsync_path, rename_durably and write_file_atomic are public: baton/durable_file.h.
 /// zlib crc32 of a whole file, streaming. Throws baton::Error naming the file.
-BATON_API std::uint32_t crc32_of_file(const std::string& path);
-BATON_API std::string read_text_file(const std::string& path);  // throws baton::Error naming the file
+std::uint32_t crc32_of_file(const std::string& path);
+std::string read_text_file(const std::string& path);  // throws baton::Error naming the file
 
 /// A file written sequentially with POSIX calls, counting its bytes and their crc32 as they go, so a writer gets
 /// the digest of a large file without reading it back. finish() fsyncs and closes; a writer destroyed without
 /// finish() closes the file and leaves it for the caller to delete.
-class BATON_API DurableFileWriter {
+class DurableFileWriter {
  public:
   explicit DurableFileWriter(std::string path);  // creates or truncates; throws baton::Error naming the file
   ~DurableFileWriter();

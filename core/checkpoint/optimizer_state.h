@@ -11,7 +11,6 @@
 
 #include "baton/state_dict.h"
 
-#include "baton/export.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -21,11 +20,11 @@ namespace baton {
 
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
-BATON_API StateDict export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedParameters& parameters);
+StateDict export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedParameters& parameters);
 
 /// Restores what export_optimizer_state wrote into an optimizer over the same parameters. Throws CheckpointError
 /// naming the tensor on a missing entry or a shape/dtype mismatch.
-BATON_API void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParameters& parameters,
+void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParameters& parameters,
                             const StateDict& state);
 
 }  // namespace baton

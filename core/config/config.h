@@ -12,17 +12,16 @@
 #include "baton/plugin_config.h"
 #include "baton/time.h"
 
-#include "baton/export.h"
 
 namespace baton {
 
-struct BATON_API RunSection {
+struct RunSection {
   std::string name = "baton";  // the run folder is <dir>/<name>
   std::string dir = "runs";
   std::int64_t seed = 42;
 };
 
-struct BATON_API DataSection {
+struct DataSection {
   std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
   std::string path = "/usr/share/datasets/fashion-mnist";  // default depends on dataset (mnist: .../mnist)
   std::int64_t batch_size = 128;        // >= 1
@@ -33,13 +32,13 @@ struct BATON_API DataSection {
   std::int64_t synthetic_eval_size = 512;
 };
 
-struct BATON_API ModelSection {
+struct ModelSection {
   std::string name = "convnet";  // mlp | convnet
   std::vector<std::int64_t> widths;  // mlp: hidden layer widths (default {256, 128});
                                      // convnet: channels of its conv blocks (default {32, 64}); each >= 1
 };
 
-struct BATON_API OptimizerSection {
+struct OptimizerSection {
   std::string name = "sgd";  // sgd | adam | adamw
   double lr = 0.05;          // > 0
   double weight_decay = 0;   // >= 0
@@ -49,13 +48,13 @@ struct BATON_API OptimizerSection {
   double eps = 1e-8;         // adam/adamw, > 0
 };
 
-struct BATON_API SchedulerSection {
+struct SchedulerSection {
   std::string name = "constant";  // constant | cosine
   Time warmup = Time(0, TimeUnit::batch);  // linear warmup from 0 (ba, ep or dur)
   double min_lr_ratio = 0.0;  // cosine ends at lr * min_lr_ratio, [0, 1]
 };
 
-struct BATON_API TrainerSection {
+struct TrainerSection {
   Time max_duration = Time(1, TimeUnit::epoch);  // ep, ba, sp (> 0)
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
   std::string device = "cpu";  // cpu | cuda | cuda:N
@@ -65,18 +64,18 @@ struct BATON_API TrainerSection {
   bool progress = true;  // a progress bar when stderr is a terminal
 };
 
-struct BATON_API CheckpointSection {
+struct CheckpointSection {
   Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
   std::int64_t keep_last = 0;  // >= 0; 0 keeps every checkpoint
   std::string dir;  // default "<run folder>/checkpoints"
 };
 
-struct BATON_API DistributedSection {
+struct DistributedSection {
   std::string backend = "gloo";       // gloo | nccl (nccl needs a LibTorch built with CUDA and NCCL)
   std::int64_t timeout_seconds = 60;  // >= 1; rendezvous and every collective; a dead peer is reported by then
 };
 
-struct BATON_API PluginEntry {
+struct PluginEntry {
   std::string name;  // exactly one of name / path
   std::string path;
   PluginConfig config;  // the table's other keys
@@ -85,7 +84,7 @@ struct BATON_API PluginEntry {
   SourceLocation key_where;  // where that key's value is
 };
 
-struct BATON_API RunConfig {
+struct RunConfig {
   std::string source;  // the file name (or "<string>")
   RunSection run;
   DataSection data;
@@ -109,16 +108,16 @@ struct BATON_API RunConfig {
 /// One "--set section.key=value" override. The value is read as a TOML value ("0.1", "true", "[1,2]",
 /// "\"text\""); anything that does not parse as one is taken as a string, so "--set trainer.max_duration=2ep" works.
 /// Plugin keys: "plugins.<index or name>.<key>".
-struct BATON_API Override {
+struct Override {
   std::string key;
   std::string value;
   static Override parse(std::string_view text);  // "a.b=c"; throws ConfigError for a missing '=' or empty key
 };
 
 /// Reads and checks a config file. Throws ConfigError (file missing or unreadable included).
-BATON_API RunConfig load_config(const std::string& path, const std::vector<Override>& overrides = {});
+RunConfig load_config(const std::string& path, const std::vector<Override>& overrides = {});
 /// The same for a TOML text; `source` names it in errors.
-BATON_API RunConfig parse_config(std::string_view toml_text, const std::string& source,
+RunConfig parse_config(std::string_view toml_text, const std::string& source,
                        const std::vector<Override>& overrides = {});
 
 }  // namespace baton

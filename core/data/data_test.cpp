@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "baton/error.h"
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 #include "data/idx.h"
 #include "data/sampler.h"
 

@@ -1,4 +1,4 @@
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>

@@ -5,20 +5,19 @@
 #include <string>
 #include <vector>
 
-#include "baton/export.h"
 
 namespace baton {
 
-struct BATON_API IdxArray {
+struct IdxArray {
   std::vector<std::int64_t> shape;
   std::vector<std::uint8_t> data;  // product(shape) bytes
 };
 
 /// Reads an IDX file of unsigned bytes (type code 0x08). Throws baton::Error naming the file and the problem.
-BATON_API IdxArray read_idx_file(const std::string& path);
+IdxArray read_idx_file(const std::string& path);
 
 /// Reads only the header's shape (cheap: for checking a configuration against the data before loading it).
 /// Throws baton::Error naming the file and the problem.
-BATON_API std::vector<std::int64_t> read_idx_shape(const std::string& path);
+std::vector<std::int64_t> read_idx_shape(const std::string& path);
 
 }  // namespace baton

@@ -8,11 +8,10 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "baton/export.h"
 
 namespace baton {
 
-struct BATON_API SamplerOptions {
+struct SamplerOptions {
   std::int64_t dataset_size = 0;
   std::int64_t batch_size = 1;
   bool shuffle = true;
@@ -22,7 +21,7 @@ struct BATON_API SamplerOptions {
   int world_size = 1;
 };
 
-class BATON_API BatchSampler {
+class BatchSampler {
  public:
   explicit BatchSampler(SamplerOptions options);  // throws baton::Error on bad sizes
   std::int64_t batches_per_epoch() const;

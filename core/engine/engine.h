@@ -12,7 +12,6 @@
 
 #include "baton/plugin.h"
 
-#include "baton/export.h"
 
 namespace baton {
 
@@ -34,13 +33,13 @@ decltype(auto) call_plugin(Call&& call, Context&& context) {
   }
 }
 
-struct BATON_API EngineEntry {
+struct EngineEntry {
   std::string id;
   Algorithm* algorithm = nullptr;
   Callback* callback = nullptr;
 };
 
-class BATON_API Engine {
+class Engine {
  public:
   Engine(State& state, Logger& logger);
 

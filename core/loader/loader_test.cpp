@@ -15,7 +15,7 @@
 #include <torch/version.h>
 
 #include "engine/engine.h"
-#include "loader/plugin_loader.h"
+#include "baton/plugin_loader.h"
 
 namespace fs = std::filesystem;
 using baton::ConfigError;

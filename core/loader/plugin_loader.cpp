@@ -1,4 +1,4 @@
-#include "loader/plugin_loader.h"
+#include "baton/plugin_loader.h"
 
 #include <dlfcn.h>
 #include <pwd.h>

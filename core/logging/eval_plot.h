@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 
-#include "baton/export.h"
 
 namespace baton {
 
@@ -21,10 +20,10 @@ struct PlotOptions {
 };
 
 /// The SVG text of a chart of `series` (an empty series list gives a chart saying "no data").
-BATON_API std::string render_line_chart_svg(const std::vector<PlotSeries>& series, const PlotOptions& options);
+std::string render_line_chart_svg(const std::vector<PlotSeries>& series, const PlotOptions& options);
 
 /// Writes the chart to `path` atomically. Throws baton::Error naming the file.
-BATON_API void write_line_chart_svg(const std::string& path, const std::vector<PlotSeries>& series,
+void write_line_chart_svg(const std::string& path, const std::vector<PlotSeries>& series,
                                     const PlotOptions& options);
 
 }  // namespace baton

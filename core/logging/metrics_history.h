@@ -6,12 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "baton/export.h"
 #include "baton/time.h"
 
 namespace baton {
 
-struct BATON_API LoggedEvaluation {
+struct LoggedEvaluation {
   Timestamp at;  // epoch, batch and sample as the line records them
   std::map<std::string, double> metrics;  // every metric of the line; null (a NaN or infinity) reads as NaN
 };
@@ -21,6 +20,6 @@ struct BATON_API LoggedEvaluation {
 /// with a lower batch than the one before starts a later process, which replaces the evaluations recorded at or
 /// after its first line; the evaluations after `resumed_at` belong to a stretch the resumed run trains again and
 /// are left out. A missing file has none; a line that does not parse (cut short by a crash) is skipped.
-BATON_API std::vector<LoggedEvaluation> read_logged_evaluations(const std::string& path, std::int64_t resumed_at);
+std::vector<LoggedEvaluation> read_logged_evaluations(const std::string& path, std::int64_t resumed_at);
 
 }  // namespace baton

@@ -9,11 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "baton/export.h"
 
 namespace baton {
 
-struct BATON_API ProgressOptions {
+struct ProgressOptions {
   std::string label;          // "epoch 1/3", "eval"
   std::int64_t total = 0;     // steps; 0 when unknown
   std::string unit = "ba";    // shown after the rate: "12.3 ba/s"
@@ -23,7 +22,7 @@ struct BATON_API ProgressOptions {
   std::int64_t initial = 0;   // steps already done when the bar starts (a resumed epoch); not counted in the rate
 };
 
-class BATON_API ProgressBar {
+class ProgressBar {
  public:
   explicit ProgressBar(ProgressOptions options);
   ~ProgressBar();  // finishes the line if finish() was not called
@@ -48,6 +47,6 @@ class BATON_API ProgressBar {
 };
 
 /// Whether `out` is an interactive terminal (isatty), false under CI=true.
-BATON_API bool is_terminal(std::FILE* out);
+bool is_terminal(std::FILE* out);
 
 }  // namespace baton

@@ -13,11 +13,10 @@
 #include "baton/logger.h"
 #include "baton/state.h"
 
-#include "baton/export.h"
 
 namespace baton {
 
-struct BATON_API RunLoggerOptions {
+struct RunLoggerOptions {
   std::string metrics_path;  // empty: no metrics.jsonl
   bool console = true;       // print info/warn lines and eval summaries
   bool quiet = false;        // only warnings and errors
@@ -25,7 +24,7 @@ struct BATON_API RunLoggerOptions {
   std::FILE* out = stderr;   // where console lines go (tests pass a temporary file)
 };
 
-class BATON_API RunLogger final : public Logger {
+class RunLogger final : public Logger {
  public:
   RunLogger(State& state, RunLoggerOptions options);
   ~RunLogger() override;

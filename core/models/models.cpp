@@ -1,4 +1,4 @@
-#include "models/models.h"
+#include "baton/models.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "baton/error.h"
-#include "models/models.h"
+#include "baton/models.h"
 
 using namespace baton;
 

@@ -21,9 +21,9 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 #include "baton/communicator.h"
-#include "models/models.h"
+#include "baton/models.h"
 
 namespace fs = std::filesystem;
 

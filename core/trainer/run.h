@@ -5,10 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "baton/export.h"
 #include "baton/trainer.h"
 #include "config/config.h"
-#include "loader/plugin_loader.h"
+#include "baton/plugin_loader.h"
 
 namespace baton {
 
@@ -21,7 +20,7 @@ struct RunOptions {
   std::string eval_weights;     // baton eval --weights
 };
 
-struct BATON_API Run {
+struct Run {
   RunConfig config;
   std::string run_dir;
   std::vector<LoadedPlugin> plugins;  // declared before the trainer: destroyed after it, so libraries outlive objects
@@ -31,7 +30,7 @@ struct BATON_API Run {
 /// A plugin of the config that cannot be found, loaded or started. `baton train` fails with it (status 1, as for
 /// any plugin failure) and `baton check` reports it as the configuration problem it also is (status 2); both read
 /// "file:line:column: plugins.<index>.<name|path>: <reason>", at the entry's name or path.
-class BATON_API PluginEntryError : public PluginError {
+class PluginEntryError : public PluginError {
  public:
   PluginEntryError(const PluginEntry& entry, const std::string& reason);
   ~PluginEntryError() override;
@@ -45,18 +44,18 @@ class BATON_API PluginEntryError : public PluginError {
 
 /// Loads the config's plugins (validating their keys) in configured order, with unique ids. Throws
 /// PluginEntryError, or the ConfigError of a plugin's own key.
-BATON_API std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure);
+std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure);
 
 /// Checks what parsing alone cannot: the dataset folder and its files, data.batch_size against the training
 /// samples, synthetic sizes against this machine's memory, trainer.threads against its cores and trainer.device
 /// against the CUDA devices LibTorch sees. Throws ConfigError at the key. `baton check` and build_run call it, so
 /// check refuses what train would fail on.
-BATON_API void check_against_data_and_machine(const RunConfig& config);
+void check_against_data_and_machine(const RunConfig& config);
 
 /// Builds everything. Throws ConfigError, PluginError or Error with a clear message.
-BATON_API std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options);
+std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options);
 
 /// The learning-rate multiplier of the [scheduler] section, as a function of progress (null for constant).
-BATON_API std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& scheduler);
+std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& scheduler);
 
 }  // namespace baton

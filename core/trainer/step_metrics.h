@@ -5,15 +5,14 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "baton/export.h"
 
 namespace baton {
 
 /// Mean cross entropy of logits [N, C] against class indices [N] or class probabilities [N, C].
-BATON_API at::Tensor default_loss(const at::Tensor& outputs, const at::Tensor& targets);
+at::Tensor default_loss(const at::Tensor& outputs, const at::Tensor& targets);
 
 /// How many rows of outputs [N, C] have their argmax at the target class: the index, or the argmax of the
 /// probabilities for soft targets.
-BATON_API std::int64_t count_correct(const at::Tensor& outputs, const at::Tensor& targets);
+std::int64_t count_correct(const at::Tensor& outputs, const at::Tensor& targets);
 
 }  // namespace baton

@@ -20,7 +20,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "baton/communicator.h"
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 #include "data/sampler.h"
 #include "engine/engine.h"
 #include "logging/progress.h"

@@ -15,8 +15,8 @@
 
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
-#include "data/dataset.h"
-#include "models/models.h"
+#include "baton/builtin_datasets.h"
+#include "baton/models.h"
 #include "small_trainer.h"
 #include "trainer/run.h"
 

@@ -17,7 +17,7 @@
 #include <torch/nn/module.h>
 
 #include "baton/trainer.h"
-#include "loader/plugin_loader.h"
+#include "baton/plugin_loader.h"
 #include "small_trainer.h"
 
 namespace algorithm_test {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "baton/plugin.h"
-#include "loader/plugin_loader.h"
+#include "baton/plugin_loader.h"
 
 namespace monitor_test {
 

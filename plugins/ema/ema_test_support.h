@@ -17,9 +17,9 @@
 
 #include "baton/safetensors.h"
 #include "baton/trainer.h"
-#include "data/dataset.h"
-#include "loader/plugin_loader.h"
-#include "models/models.h"
+#include "baton/builtin_datasets.h"
+#include "baton/plugin_loader.h"
+#include "baton/models.h"
 #include "small_trainer.h"
 
 namespace ema_test {

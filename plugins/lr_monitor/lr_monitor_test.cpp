@@ -10,8 +10,8 @@
 #include <torch/optim/sgd.h>
 
 #include "baton/trainer.h"
-#include "data/dataset.h"
-#include "models/models.h"
+#include "baton/builtin_datasets.h"
+#include "baton/models.h"
 #include "monitor_test_support.h"
 
 using namespace monitor_test;

@@ -14,7 +14,7 @@
 #include <torch/optim/sgd.h>
 
 #include "algorithm_test_support.h"
-#include "data/dataset.h"
+#include "baton/builtin_datasets.h"
 
 using namespace algorithm_test;
 

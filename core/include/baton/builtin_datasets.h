@@ -1,6 +1,6 @@
 #pragma once
-// Loading datasets (TensorDataset is in baton/dataset.h): Fashion-MNIST and MNIST from IDX files (gzip-compressed or
-// plain), and a synthetic set generated from a seed for tests.
+// The built-in datasets, for `baton train` and for programs that embed baton (TensorDataset is in baton/dataset.h):
+// Fashion-MNIST and MNIST from IDX files (gzip-compressed or plain), and a seeded synthetic set for tests and demos.
 #include <cstdint>
 #include <string>
 
@@ -17,7 +17,7 @@ namespace baton {
 /// `subset` > 0 keeps the first `subset` samples. The dataset is named "<name>/train" or "<name>/test".
 /// Throws baton::Error naming the file on a missing file, a bad magic number, mismatched counts or a truncated file.
 BATON_API TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset = 0,
-                               const std::string& name = "idx");
+                                         const std::string& name = "idx");
 
 /// The number of samples load_idx_dataset would give (the labels file's count, cut to `subset`), from the file
 /// headers alone. Throws baton::Error as load_idx_dataset does for a missing or damaged file.
@@ -25,7 +25,8 @@ BATON_API std::int64_t idx_dataset_size(const std::string& folder, bool train, s
 
 /// A seeded, learnable 10-class dataset of 1x28x28 images (class-dependent patterns plus noise), identical for the
 /// same seed on every machine.
-BATON_API TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, const std::string& name = "synthetic");
+BATON_API TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed,
+                                               const std::string& name = "synthetic");
 
 /// The rows `indices` (int64 [B]) of a dataset.
 BATON_API Batch gather_batch(const TensorDataset& data, const at::Tensor& indices);
