@@ -242,6 +242,11 @@ void read_trainer(Section s, TrainerSection& trainer) {
   read_int(s, "threads", trainer.threads, 0);
   read_time(s, "log_interval", trainer.log_interval, {TimeUnit::batch}, Zero::rejected);
   read_int(s, "microbatch_size", trainer.microbatch_size, 0);
+  const toml::node* precision = read_choice(s, "precision", trainer.precision, {"fp32", "amp_bf16", "amp_fp16"});
+  if (precision != nullptr && trainer.precision == "amp_fp16" && trainer.device.rfind("cuda", 0) != 0)
+    throw ConfigError(location_of(*precision, s.context().file), s.path("precision"),
+                      "amp_fp16 needs a CUDA device (trainer.device is \"" + trainer.device +
+                          "\"); on the CPU use amp_bf16, which needs no loss scaling");
   read_bool(s, "progress", trainer.progress);
   s.reject_unknown();
 }

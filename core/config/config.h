@@ -61,6 +61,7 @@ struct TrainerSection {
   std::int64_t threads = 0;    // intra-op threads; 0 = one per core
   Time log_interval = Time(50, TimeUnit::batch);  // plain progress lines when not on a terminal (ba)
   std::int64_t microbatch_size = 0;  // >= 0; split each batch into microbatches of this size; 0: no split
+  std::string precision = "fp32";  // fp32 | amp_bf16 | amp_fp16 (CUDA only)
   bool progress = true;  // a progress bar when stderr is a terminal
 };
 

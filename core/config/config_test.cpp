@@ -93,6 +93,7 @@ TEST_SUITE("config") {
     CHECK(c.trainer.threads == 0);
     CHECK(c.trainer.log_interval == Time(50, TimeUnit::batch));
     CHECK(c.trainer.microbatch_size == 0);
+    CHECK(c.trainer.precision == "fp32");
     CHECK(c.trainer.progress);
     CHECK(c.checkpoint.save_interval == Time(1, TimeUnit::epoch));
     CHECK(c.checkpoint.keep_last == 0);
@@ -142,6 +143,7 @@ threads = 2
 log_interval = "10ba"
 progress = false
 microbatch_size = 8
+precision = "amp_fp16"
 [checkpoint]
 save_interval = "200ba"
 keep_last = 3
@@ -179,12 +181,28 @@ allow_insecure = true
     CHECK(c.trainer.threads == 2);
     CHECK(c.trainer.log_interval.str() == "10ba");
     CHECK(c.trainer.microbatch_size == 8);
+    CHECK(c.trainer.precision == "amp_fp16");
     CHECK_FALSE(c.trainer.progress);
     CHECK(c.checkpoint.save_interval.str() == "200ba");
     CHECK(c.checkpoint.keep_last == 3);
     CHECK(c.checkpoint.dir == "ckpt");
     CHECK(c.plugin_search_paths == std::vector<std::string>{"/opt/plugins"});
     CHECK(c.allow_insecure_plugins);
+  }
+
+  TEST_CASE("trainer.precision: the three names; amp_fp16 only on a CUDA device, reported at the key") {
+    CHECK(parse("[trainer]\nprecision = \"amp_bf16\"\n").trainer.precision == "amp_bf16");
+    CHECK(parse("[trainer]\nprecision = \"amp_fp16\"\ndevice = \"cuda\"\n").trainer.precision == "amp_fp16");
+    Failure bad = failure("[trainer]\nprecision = \"bf16\"\n");
+    CHECK(bad.key == "trainer.precision");
+    CHECK(contains(bad.what, "amp_bf16"));
+    Failure cpu = failure("[trainer]\ndevice = \"cpu\"\nprecision = \"amp_fp16\"\n");
+    CHECK(cpu.key == "trainer.precision");
+    CHECK(cpu.line == 3);
+    CHECK(contains(cpu.what, "amp_fp16 needs a CUDA device"));
+    // An override moves the run to the CPU: the same error, at the key the file set.
+    Failure moved = failure("[trainer]\ndevice = \"cuda\"\nprecision = \"amp_fp16\"\n", {"trainer.device=cpu"});
+    CHECK(moved.key == "trainer.precision");
   }
 
   TEST_CASE("data.path and model.widths defaults follow the choices") {

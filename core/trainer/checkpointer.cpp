@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "logging/run_logger.h"
 #include "trainer/format.h"
+#include "trainer/loss_scaler.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +47,7 @@ class PendingCheckpoint final : public CheckpointInProgress {
 
 Checkpointer::Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
                            torch::nn::Module& module, torch::optim::Optimizer& optimizer, const PluginList& plugins,
-                           std::vector<double> base_lrs)
+                           std::vector<double> base_lrs, LossScaler* scaler)
     : state_(state),
       engine_(engine),
       logger_(logger),
@@ -54,7 +55,8 @@ Checkpointer::Checkpointer(State& state, Engine& engine, RunLogger& logger, cons
       module_(module),
       optimizer_(optimizer),
       plugins_(plugins),
-      base_lrs_(std::move(base_lrs)) {
+      base_lrs_(std::move(base_lrs)),
+      scaler_(scaler) {
   if (!options.run_dir.empty()) {
     std::string dir = options.checkpoint_dir.empty() ? (fs::path(options.run_dir) / "checkpoints").string()
                                                      : options.checkpoint_dir;
@@ -113,6 +115,7 @@ CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, St
     trainer_state.set_tensor("rng/cpu", generator.get_state());
   }
   for (const auto& [name, value] : state_.metrics) trainer_state.set_double("metric/" + name, value);
+  if (scaler_) scaler_->state_dict(trainer_state);
   data.sections.emplace_back("trainer", std::move(trainer_state));
 
   for (const auto& [id, plugin] : plugins_) {
@@ -194,6 +197,7 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
     }
     for (const auto& key : saved->keys())
       if (key.rfind("metric/", 0) == 0) state_.metrics[key.substr(7)] = saved->get_double(key);
+    if (scaler_) scaler_->load_state_dict(*saved);
     if (saved->has("world_size")) saved_world = saved->get_int("world_size");
     if (saved->has("batch_size")) saved_batch = saved->get_int("batch_size");
     if (saved->has("max_duration")) saved_duration = saved->get_string("max_duration");

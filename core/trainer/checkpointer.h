@@ -16,6 +16,7 @@
 namespace baton {
 
 class Engine;
+class LossScaler;
 class RunLogger;
 
 /// The run's plugins by id, in configured order.
@@ -24,9 +25,10 @@ using PluginList = std::vector<std::pair<std::string, std::shared_ptr<Plugin>>>;
 class Checkpointer {
  public:
   /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
+  /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
   Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
                torch::nn::Module& module, torch::optim::Optimizer& optimizer, const PluginList& plugins,
-               std::vector<double> base_lrs);
+               std::vector<double> base_lrs, LossScaler* scaler = nullptr);
   ~Checkpointer();
 
   /// Whether this run writes checkpoints at all (it has a run folder).
@@ -65,6 +67,7 @@ class Checkpointer {
   torch::optim::Optimizer& optimizer_;
   const PluginList& plugins_;
   std::vector<double> base_lrs_;
+  LossScaler* scaler_;
   std::unique_ptr<CheckpointStore> store_;
   std::int64_t last_save_batch_ = -1;
 };

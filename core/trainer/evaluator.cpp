@@ -14,6 +14,7 @@
 #include "logging/metrics_history.h"
 #include "logging/run_logger.h"
 #include "trainer/format.h"
+#include "trainer/precision.h"
 #include "trainer/step_metrics.h"
 
 namespace baton {
@@ -32,6 +33,7 @@ Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const Trai
 // eval_start), fired as eval_start … eval_end with state.eval_label = label.
 EvalResult Evaluator::pass(const std::string& label) {
   at::Device device(options_.device);
+  const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
   state_.eval_label = label;
   // What plugins log during the pass (eval_start … eval_end) is printed on the pass's line.
@@ -53,9 +55,17 @@ EvalResult Evaluator::pass(const std::string& label) {
       state_.batch.targets = data_.targets.slice(0, begin, end).to(device);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
-      state_.outputs = model_.forward(state_.batch.inputs);
+      {
+        AutocastScope autocast(precision, device.type());
+        state_.outputs = model_.forward(state_.batch.inputs);
+      }
       engine_.fire(Event::eval_after_forward);
-      loss_sum += loss_(state_.outputs, state_.batch.targets).item<double>() * static_cast<double>(end - begin);
+      double batch_loss = 0;
+      {
+        AutocastScope autocast(precision, device.type());
+        batch_loss = loss_(state_.outputs, state_.batch.targets).item<double>();
+      }
+      loss_sum += batch_loss * static_cast<double>(end - begin);
       correct += count_correct(state_.outputs, state_.batch.targets);
       seen += end - begin;
       engine_.fire(Event::eval_batch_end);
@@ -101,6 +111,7 @@ std::vector<EvalResult> Evaluator::run() {
 
 PredictResult Evaluator::predict(const TensorDataset& data) {
   at::Device device(options_.device);
+  const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
   engine_.fire(Event::predict_start);
   const bool was_training = module.is_training();
@@ -114,9 +125,15 @@ PredictResult Evaluator::predict(const TensorDataset& data) {
       if (data.targets.defined()) state_.batch.targets = data.targets.slice(0, begin, end).to(device);
       engine_.fire(Event::predict_batch_start);
       engine_.fire(Event::predict_before_forward);
-      state_.outputs = model_.forward(state_.batch.inputs);
+      {
+        AutocastScope autocast(precision, device.type());
+        state_.outputs = model_.forward(state_.batch.inputs);
+      }
       engine_.fire(Event::predict_after_forward);
-      outputs.push_back(state_.outputs.detach().to(at::kCPU));
+      // Reduced-precision outputs are written as float32, what readers of the file expect of scores.
+      at::Tensor out = state_.outputs.detach().to(at::kCPU);
+      if (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf) out = out.to(at::kFloat);
+      outputs.push_back(out);
       engine_.fire(Event::predict_batch_end);
       state_.clear_step_data();
     }

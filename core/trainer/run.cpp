@@ -253,6 +253,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.progress = config.trainer.progress;
   t.log_interval = config.trainer.log_interval;
   t.microbatch_size = config.trainer.microbatch_size;
+  t.precision = config.trainer.precision;
   t.lr_schedule = make_lr_schedule(config.scheduler);
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);

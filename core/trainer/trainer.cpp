@@ -28,6 +28,8 @@
 #include "trainer/checkpointer.h"
 #include "trainer/data_parallel.h"
 #include "trainer/evaluator.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/precision.h"
 #include "trainer/run_outputs.h"
 #include "trainer/schedule.h"
 #include "trainer/step_metrics.h"
@@ -58,6 +60,13 @@ std::vector<double> initial_lrs(torch::optim::Optimizer& optimizer) {
   return lrs;
 }
 
+Precision checked_precision(const TrainerOptions& options) {
+  const Precision precision = parse_precision(options.precision);
+  const std::string problem = precision_problem(precision, options.device);
+  if (!problem.empty()) throw Error("trainer: " + problem);
+  return precision;
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -79,7 +88,10 @@ struct Trainer::Impl {
         logger(state, logger_options()),
         engine(state, logger),
         base_lrs(initial_lrs(*optimizer)),
-        checkpoints(state, engine, logger, options, *module, *optimizer, plugins, base_lrs),
+        precision(checked_precision(options)),
+        device_type(at::Device(options.device).type()),
+        scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
+        checkpoints(state, engine, logger, options, *module, *optimizer, plugins, base_lrs, scaler.get()),
         loss(options.loss ? options.loss : LossFunction(&default_loss)),
         evaluator(state, engine, logger, options, model, eval, loss),
         schedule(options.eval_interval, options.save_interval, eval.size() > 0, checkpoints.has_store()),
@@ -164,12 +176,19 @@ struct Trainer::Impl {
   // Forward, loss and backward of one step on State's data, firing before_forward … before_backward. Each value is
   // read back from State after the events that may replace it (Composer's state.batch, state.outputs, state.loss),
   // so a plugin's inputs, targets, outputs or loss term take effect.
+  // Under mixed precision, autocast covers the forward pass and the loss (as in Composer), not the plugins' events.
   at::Tensor step_once() {
     fire(Event::before_forward);
-    state.outputs = model.forward(state.batch.inputs);
+    {
+      AutocastScope autocast(precision, device_type);
+      state.outputs = model.forward(state.batch.inputs);
+    }
     fire(Event::after_forward);
     fire(Event::before_loss);
-    state.loss = loss(state.outputs, state.batch.targets);
+    {
+      AutocastScope autocast(precision, device_type);
+      state.loss = loss(state.outputs, state.batch.targets);
+    }
     fire(Event::after_loss);
     fire(Event::before_backward);
     return state.loss;
@@ -185,7 +204,7 @@ struct Trainer::Impl {
     const std::int64_t step = options.microbatch_size;
     if (step <= 0 || step >= n) {
       const at::Tensor loss = step_once();
-      loss.backward();
+      backward(loss);
       fire(Event::after_backward);
       return loss.detach();
     }
@@ -196,7 +215,7 @@ struct Trainer::Impl {
       const std::int64_t end = std::min(n, begin + step);
       state.batch = Batch{whole.inputs.slice(0, begin, end), whole.targets.slice(0, begin, end)};
       const at::Tensor weighted = step_once() * (static_cast<double>(end - begin) / static_cast<double>(n));
-      weighted.backward();
+      backward(weighted);
       fire(Event::after_backward);
       outputs.push_back(state.outputs.detach());
       total = total.defined() ? total + weighted.detach() : weighted.detach();
@@ -205,6 +224,14 @@ struct Trainer::Impl {
     state.outputs = at::cat(outputs);
     state.loss = total;
     return total;
+  }
+
+  // amp_fp16 backpropagates the scaled loss; the gradients are unscaled before anything reads them.
+  void backward(const at::Tensor& loss) {
+    if (scaler)
+      scaler->scale(loss).backward();
+    else
+      loss.backward();
   }
 
   // Draws the batch and trains on it: after_dataloader … after_train_batch, then the optimizer step (after
@@ -226,8 +253,11 @@ struct Trainer::Impl {
     broadcast_buffers(comm(), *module);
     const at::Tensor loss = forward_backward();
     average_gradients(comm(), *module);
+    // Averaging spreads an inf or NaN of any rank to all, so every rank skips the same steps.
+    const bool overflow = scaler && scaler->unscale(module->parameters());
     fire(Event::after_train_batch);
-    optimizer->step();
+    if (!overflow) optimizer->step();
+    if (scaler) scaler->update(overflow);
     now.batch += 1;
     now.batch_in_epoch += 1;
     now.sample += drawn * options.world_size;
@@ -438,6 +468,9 @@ struct Trainer::Impl {
   RunLogger logger;
   Engine engine;
   std::vector<double> base_lrs;
+  Precision precision;
+  at::DeviceType device_type;
+  std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
   Checkpointer checkpoints;
   LossFunction loss;
   Evaluator evaluator;

@@ -25,10 +25,13 @@
 namespace baton_algorithms {
 
 /// Targets as class probabilities shaped like outputs [N, C]: class indices become one-hot rows; probabilities
-/// (another plugin's soft targets) are kept. In outputs' dtype, so the mixed targets are too.
+/// (another plugin's soft targets) are kept. In the outputs' dtype when that is float32 or float64; under mixed
+/// precision (bf16/fp16 outputs) in float32, which would otherwise round the mixed or smoothed targets to 8 or 11
+/// bits (the loss runs in float32 under autocast anyway).
 inline at::Tensor as_probabilities(const at::Tensor& targets, const at::Tensor& outputs) {
-  if (targets.dim() == outputs.dim()) return targets.to(outputs.scalar_type());
-  return at::one_hot(targets, outputs.size(1)).to(outputs.scalar_type());
+  const at::ScalarType type = outputs.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (targets.dim() == outputs.dim()) return targets.to(type);
+  return at::one_hot(targets, outputs.size(1)).to(type);
 }
 
 /// The permutation as an index tensor on `device`.

@@ -44,6 +44,10 @@ struct TrainerOptions {
   /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
   /// step per batch. 0 (or >= batch_size): the whole batch at once.
   std::int64_t microbatch_size = 0;
+  /// Composer's precision: "fp32"; "amp_bf16" (autocast to bfloat16 around the forward pass and the loss, on the
+  /// CPU or CUDA); "amp_fp16" (autocast to float16 with dynamic loss scaling, CUDA only). Weights, gradients,
+  /// optimizer state and an EMA stay fp32. Evaluation and prediction run under the same precision.
+  std::string precision = "fp32";
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
   std::function<double(const Progress&)> lr_schedule;
   /// Loss of a batch; default cross entropy on logits and class indices.

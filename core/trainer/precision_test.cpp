@@ -1,0 +1,174 @@
+// Mixed precision: the autocast scope (on inside, the previous state back outside), the loss scaler's state machine
+// against hand-worked sequences, and a trainer run under amp_bf16: the forward pass in bfloat16, the weights, the
+// gradients and the loss in float32, close to the same run in fp32.
+#include "baton_test.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/module.h>
+
+#include "small_trainer.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/precision.h"
+
+using baton::AutocastScope;
+using baton::LossScaler;
+using baton::Precision;
+
+namespace {
+
+at::Tensor product() { return at::matmul(at::ones({2, 3}), at::ones({3, 2})); }
+
+// Records the dtypes the step's tensors have where plugins see them.
+struct DtypeRecorder : baton::Callback {
+  std::vector<at::ScalarType> outputs, losses, weights, grads;
+  void after_forward(baton::State& s, baton::Logger&) override { outputs.push_back(s.outputs.scalar_type()); }
+  void after_loss(baton::State& s, baton::Logger&) override { losses.push_back(s.loss.scalar_type()); }
+  void after_train_batch(baton::State& s, baton::Logger&) override {
+    for (const auto& p : s.model->parameters()) {
+      weights.push_back(p.scalar_type());
+      if (p.grad().defined()) grads.push_back(p.grad().scalar_type());
+    }
+  }
+};
+
+bool all_are(const std::vector<at::ScalarType>& types, at::ScalarType type) {
+  if (types.empty()) return false;
+  for (auto t : types)
+    if (t != type) return false;
+  return true;
+}
+
+// A parameter with a gradient of the given values.
+at::Tensor with_grad(std::vector<float> values) {
+  at::Tensor p = at::zeros({static_cast<std::int64_t>(values.size())});
+  p.mutable_grad() = at::tensor(values);
+  return p;
+}
+
+// The text of the baton::Error `f` throws ("" when it throws none).
+template <class F>
+std::string error_text(F&& f) {
+  try {
+    f();
+  } catch (const baton::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("precision names parse, and amp_fp16 is refused on the CPU") {
+  CHECK(baton::parse_precision("fp32") == Precision::fp32);
+  CHECK(baton::parse_precision("amp_bf16") == Precision::amp_bf16);
+  CHECK(baton::parse_precision("amp_fp16") == Precision::amp_fp16);
+  CHECK(error_text([] { baton::parse_precision("bf16"); }).find("amp_bf16") != std::string::npos);
+  CHECK(baton::precision_problem(Precision::amp_bf16, "cpu").empty());
+  CHECK(baton::precision_problem(Precision::amp_fp16, "cuda:1").empty());
+  CHECK(baton::precision_problem(Precision::amp_fp16, "cpu").find("CUDA") != std::string::npos);
+
+  auto options = baton::test::quiet_options();
+  options.precision = "amp_fp16";
+  CHECK(error_text([&] { baton::test::make_trainer(options, "mlp"); }).find("amp_fp16 needs a CUDA device") !=
+        std::string::npos);
+}
+
+TEST_CASE("the autocast scope runs matrix products in bfloat16 inside and restores the previous state after") {
+  CHECK((product().scalar_type() == at::kFloat));
+  {
+    AutocastScope scope(Precision::amp_bf16, c10::DeviceType::CPU);
+    CHECK((product().scalar_type() == at::kBFloat16));
+    {
+      AutocastScope none(Precision::fp32, c10::DeviceType::CPU);  // fp32 changes nothing: still on
+      CHECK((product().scalar_type() == at::kBFloat16));
+    }
+    CHECK((product().scalar_type() == at::kBFloat16));
+  }
+  CHECK((product().scalar_type() == at::kFloat));
+  // The exact value survives: 3 is exact in bfloat16.
+  {
+    AutocastScope scope(Precision::amp_bf16, c10::DeviceType::CPU);
+    CHECK(product().to(at::kFloat)[0][0].item<float>() == 3.0f);
+  }
+}
+
+TEST_CASE("the loss scaler scales, unscales, skips on overflow, backs off and grows as worked by hand") {
+  baton::LossScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  LossScaler scaler(o);
+  CHECK(scaler.scale(at::full({}, 0.5)).item<double>() == 512.0);
+
+  // Gradients of the scaled loss come back divided by the scale (powers of two: exact).
+  at::Tensor p = with_grad({1024.0f, -2048.0f, 0.0f});
+  CHECK_FALSE(scaler.unscale({p, at::zeros({2})}));  // a parameter without a gradient is skipped
+  CHECK(p.grad()[0].item<float>() == 1.0f);
+  CHECK(p.grad()[1].item<float>() == -2.0f);
+
+  // Two good steps, then an overflow: the scale halves and the count of good steps restarts.
+  scaler.update(false);
+  scaler.update(false);
+  CHECK(scaler.good_steps() == 2);
+  CHECK(scaler.unscale({with_grad({1.0f, std::numeric_limits<float>::infinity()})}));
+  CHECK(scaler.unscale({with_grad({std::nanf("")}), with_grad({1.0f})}));
+  scaler.update(true);
+  CHECK(scaler.scale_value() == 512.0);
+  CHECK(scaler.good_steps() == 0);
+  CHECK(scaler.skipped_steps() == 1);
+  // Three good steps in a row (growth_interval): the scale doubles once, and the count restarts.
+  for (int i = 0; i < 3; ++i) scaler.update(false);
+  CHECK(scaler.scale_value() == 1024.0);
+  CHECK(scaler.good_steps() == 0);
+  scaler.update(false);
+
+  // Its state round-trips through a StateDict; a dict without it leaves a scaler unchanged.
+  baton::StateDict saved;
+  scaler.state_dict(saved);
+  LossScaler restored(o);
+  restored.load_state_dict(saved);
+  CHECK(restored.scale_value() == 1024.0);
+  CHECK(restored.good_steps() == 1);
+  CHECK(restored.skipped_steps() == 1);
+  LossScaler untouched(o);
+  untouched.load_state_dict(baton::StateDict());
+  CHECK(untouched.scale_value() == 1024.0);
+
+  CHECK_THROWS_AS(LossScaler(baton::LossScalerOptions{1024, 1.0, 0.5, 10}), baton::Error);
+}
+
+TEST_CASE("amp_bf16 runs the forward pass in bfloat16 and keeps weights, gradients and loss in float32") {
+  auto fp32_options = baton::test::quiet_options();
+  auto fp32 = baton::test::make_trainer(fp32_options, "convnet");
+  auto fp32_recorder = std::make_shared<DtypeRecorder>();
+  fp32->add_plugin("dtypes", fp32_recorder);
+  auto fp32_result = fp32->fit();
+
+  auto amp_options = baton::test::quiet_options();
+  amp_options.precision = "amp_bf16";
+  auto amp = baton::test::make_trainer(amp_options, "convnet");
+  auto recorder = std::make_shared<DtypeRecorder>();
+  amp->add_plugin("dtypes", recorder);
+  auto amp_result = amp->fit();
+
+  CHECK(all_are(fp32_recorder->outputs, at::kFloat));
+  CHECK(all_are(recorder->outputs, at::kBFloat16));  // the logits come out of a bf16 Linear
+  CHECK(all_are(recorder->losses, at::kFloat));      // cross entropy runs in float32 under autocast
+  CHECK(all_are(recorder->weights, at::kFloat));
+  CHECK(all_are(recorder->grads, at::kFloat));
+  // Same data, same initial weights: the two runs learn alike (bf16 keeps 8 bits of mantissa, so not bitwise).
+  REQUIRE(fp32_result.evals.size() == 2);
+  REQUIRE(amp_result.evals.size() == 2);
+  const double fp32_loss = fp32_result.evals.back().metrics.at("eval/loss");
+  const double amp_loss = amp_result.evals.back().metrics.at("eval/loss");
+  CHECK(std::isfinite(amp_loss));
+  CHECK(std::abs(amp_loss - fp32_loss) < 0.1 * fp32_loss + 0.02);
+}
