@@ -19,6 +19,7 @@
 #include "baton/models.h"
 #include "baton/plugin_loader.h"
 #include "baton/trainer.h"
+#include "bench_trainer_options.h"
 
 namespace {
 
@@ -51,13 +52,7 @@ double seconds_per_step(const baton::TensorDataset& data, const Config& config, 
   auto model = baton::make_model(spec);
   auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(),
                                                        torch::optim::SGDOptions(0.05).momentum(0.9));
-  baton::TrainerOptions options;
-  options.max_duration = baton::Time(kBatches, baton::TimeUnit::batch);
-  options.eval_interval = baton::Time(0, baton::TimeUnit::batch);
-  options.save_interval = baton::Time(0, baton::TimeUnit::batch);
-  options.batch_size = kBatchSize;
-  options.quiet = true;
-  options.progress = false;
+  baton::TrainerOptions options = bench::steps_only(kBatches, kBatchSize);
   options.precision = config.precision;
   baton::Trainer trainer(model, optimizer, data, baton::TensorDataset{}, options);
   if (config.channels_last) {

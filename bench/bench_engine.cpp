@@ -21,6 +21,7 @@
 
 #include "baton/trainer.h"
 #include "baton/builtin_datasets.h"
+#include "bench_trainer_options.h"
 #include "data/sampler.h"
 #include "baton/plugin_loader.h"
 #include "baton/models.h"
@@ -92,14 +93,8 @@ Timing hand_loop(const baton::TensorDataset& data) {
 }
 
 Timing trainer_run(const baton::TensorDataset& data, const std::vector<baton::LoadedPlugin>& plugins) {
-  baton::TrainerOptions options;
-  options.max_duration = baton::Time(kBatches, baton::TimeUnit::batch);
-  options.eval_interval = baton::Time(0, baton::TimeUnit::batch);
-  options.save_interval = baton::Time(0, baton::TimeUnit::batch);
-  options.batch_size = kBatchSize;
+  baton::TrainerOptions options = bench::steps_only(kBatches, kBatchSize);
   options.seed = kSeed;
-  options.quiet = true;
-  options.progress = false;
   auto model = fresh_model();
   auto optimizer = fresh_optimizer(model);
   baton::Trainer trainer(model, optimizer, data, baton::TensorDataset{}, options);

@@ -14,6 +14,9 @@
 #include "baton/error.h"
 #include "checkpoint/optimizer_state.h"
 #include "baton/safetensors.h"
+#include "error_text.h"
+
+using baton::test::error_text;
 
 namespace {
 
@@ -117,15 +120,6 @@ struct UnsupportedOptimizer : torch::optim::Optimizer {
   at::Tensor step(LossClosure) override { return {}; }
 };
 
-std::string checkpoint_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const baton::CheckpointError& e) {
-    return e.what();
-  }
-  return "<no CheckpointError>";
-}
-
 }  // namespace
 
 TEST_SUITE("checkpoint") {
@@ -187,32 +181,32 @@ TEST_SUITE("checkpoint") {
     for (const auto& key : state.tensor_keys()) {
       if (key != "bias/exp_avg_sq") missing.set_tensor(key, state.tensor(key));
     }
-    CHECK(checkpoint_error_of([&] { baton::import_optimizer_state(*target, target_names, missing); }) ==
+    CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*target, target_names, missing); }) ==
           "optimizer state is missing tensor 'bias/exp_avg_sq'");
 
     baton::StateDict wrong_shape = state;
     wrong_shape.set_tensor("weight/exp_avg", at::arange(6, at::kFloat).reshape({3, 2}));
-    CHECK(checkpoint_error_of([&] { baton::import_optimizer_state(*target, target_names, wrong_shape); }) ==
+    CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*target, target_names, wrong_shape); }) ==
           "optimizer state tensor 'weight/exp_avg' has shape [3, 2], but parameter 'weight' has shape [2, 3]");
 
     baton::StateDict wrong_dtype = state;
     wrong_dtype.set_tensor("bias/exp_avg", at::arange(2, at::kDouble));
-    CHECK(checkpoint_error_of([&] { baton::import_optimizer_state(*target, target_names, wrong_dtype); }) ==
+    CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*target, target_names, wrong_dtype); }) ==
           "optimizer state tensor 'bias/exp_avg' has dtype Double, but parameter 'bias' has dtype Float");
 
     baton::StateDict extra = state;
     extra.set_tensor("ghost/exp_avg", at::arange(2, at::kFloat));
-    CHECK(checkpoint_error_of([&] { baton::import_optimizer_state(*target, target_names, extra); }) ==
+    CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*target, target_names, extra); }) ==
           "optimizer state tensor 'ghost/exp_avg' belongs to no parameter of this optimizer");
 
     auto sgd_model = copy_of(model);
     auto sgd_optimizer = sgd(sgd_model->parameters(), 0.05);
-    CHECK(checkpoint_error_of([&] { baton::import_optimizer_state(*sgd_optimizer, named(sgd_model), state); }) ==
+    CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*sgd_optimizer, named(sgd_model), state); }) ==
           "optimizer state was saved from a adam optimizer, but this one is sgd");
 
     baton::StateDict no_lr = state;
     no_lr.set_scalars_json(R"({"type": "adam", "groups": 1, "group0/params": 2})");
-    auto message = checkpoint_error_of([&] { baton::import_optimizer_state(*target, target_names, no_lr); });
+    auto message = error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*target, target_names, no_lr); });
     CHECK(message.find("'group0/lr'") != std::string::npos);
 
     // A failed import leaves the optimizer untouched: it has no state and its lr is the one it was built with.

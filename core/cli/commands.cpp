@@ -84,7 +84,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   logger.info("baton: run folder " + run->run_dir + ", " + std::to_string(config.data.batch_size) +
               " per batch, max_duration " + config.trainer.max_duration.str());
   logger.info("baton: BLAS " + baton::blas_description() + ", " + std::to_string(at::get_num_threads()) +
-              " threads, device " + config.trainer.device);
+              " threads, device " + config.trainer.device + ", precision " + config.trainer.precision);
   for (const auto& p : run->plugins)
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);
   baton::install_stop_signal_handlers();

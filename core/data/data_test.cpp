@@ -17,6 +17,9 @@
 #include "baton/builtin_datasets.h"
 #include "data/idx.h"
 #include "data/sampler.h"
+#include "error_text.h"
+
+using baton::test::error_text;
 
 namespace fs = std::filesystem;
 using namespace baton;
@@ -41,15 +44,6 @@ void write_gz(const fs::path& path, const std::vector<std::uint8_t>& bytes) {
   REQUIRE(out != nullptr);
   REQUIRE(gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
   gzclose(out);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -108,7 +102,7 @@ TEST_SUITE("data") {
     auto truncated = bytes;
     truncated.resize(bytes.size() - 5);  // 7 of the 12 data bytes remain
     write_gz(dir / "truncated.gz", truncated);
-    const auto truncated_error = error_of([&] { read_idx_file((dir / "truncated.gz").string()); });
+    const auto truncated_error = error_text([&] { read_idx_file((dir / "truncated.gz").string()); });
     CHECK(contains(truncated_error, "truncated.gz"));
     CHECK(contains(truncated_error, "expected 12 bytes"));
     CHECK(contains(truncated_error, "found 7"));
@@ -116,24 +110,24 @@ TEST_SUITE("data") {
     auto bad_magic = bytes;
     bad_magic[0] = 0x1f;
     write_plain(dir / "bad_magic", bad_magic);
-    const auto magic_error = error_of([&] { read_idx_file((dir / "bad_magic").string()); });
+    const auto magic_error = error_text([&] { read_idx_file((dir / "bad_magic").string()); });
     CHECK(contains(magic_error, "bad_magic"));
     CHECK(contains(magic_error, "magic"));
 
     auto float_type = bytes;
     float_type[2] = 0x0d;
     write_plain(dir / "floats", float_type);
-    CHECK(contains(error_of([&] { read_idx_file((dir / "floats").string()); }), "type code 13"));
+    CHECK(contains(error_text([&] { read_idx_file((dir / "floats").string()); }), "type code 13"));
 
     auto padded = bytes;
     padded.push_back(99);
     write_plain(dir / "padded", padded);
-    CHECK(contains(error_of([&] { read_idx_file((dir / "padded").string()); }), "after the 12 bytes"));
+    CHECK(contains(error_text([&] { read_idx_file((dir / "padded").string()); }), "after the 12 bytes"));
 
     write_plain(dir / "short_header", {0, 0, 8});
-    CHECK(contains(error_of([&] { read_idx_file((dir / "short_header").string()); }), "short_header"));
+    CHECK(contains(error_text([&] { read_idx_file((dir / "short_header").string()); }), "short_header"));
 
-    const auto missing_error = error_of([&] { read_idx_file((dir / "missing.gz").string()); });
+    const auto missing_error = error_text([&] { read_idx_file((dir / "missing.gz").string()); });
     CHECK(contains(missing_error, "missing.gz"));
   }
 
@@ -155,12 +149,12 @@ TEST_SUITE("data") {
 
     write_gz(dir / "train-images-idx3-ubyte.gz", images);
     write_gz(dir / "train-labels-idx1-ubyte.gz", idx_bytes({3}, {1, 2, 3}));
-    const auto count_error = error_of([&] { load_idx_dataset(dir.string(), true); });
+    const auto count_error = error_text([&] { load_idx_dataset(dir.string(), true); });
     CHECK(contains(count_error, "2 images"));
     CHECK(contains(count_error, "3 labels"));
 
     write_gz(dir / "train-labels-idx1-ubyte.gz", idx_bytes({2}, {1, 10}));
-    const auto label_error = error_of([&] { load_idx_dataset(dir.string(), true); });
+    const auto label_error = error_text([&] { load_idx_dataset(dir.string(), true); });
     CHECK(contains(label_error, "train-labels-idx1-ubyte.gz"));
     CHECK(contains(label_error, "label 10"));
 
@@ -177,7 +171,7 @@ TEST_SUITE("data") {
     const TensorDataset test = load_idx_dataset(dir.string(), false);
     CHECK(test.inputs.item<float>() == doctest::Approx((1.0 - 0.2860) / 0.3530).epsilon(1e-5));
 
-    const auto missing_error = error_of([&] { load_idx_dataset(dir.string(), true); });
+    const auto missing_error = error_text([&] { load_idx_dataset(dir.string(), true); });
     CHECK(contains(missing_error, "train-images-idx3-ubyte.gz"));
   }
 

@@ -26,6 +26,9 @@
 #include "baton/ema.h"
 #include "baton/error.h"
 #include "ema/ema_kernel.h"
+#include "error_text.h"
+
+using baton::test::error_text;
 
 namespace {
 
@@ -116,15 +119,6 @@ bool same_as(const torch::nn::Module& model, const std::vector<at::Tensor>& save
   return true;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const baton::Error& e) {
-    return e.what();
-  }
-  return "<no baton::Error>";
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Runs k updates over the weight sequence of set_all.
@@ -147,19 +141,19 @@ TEST_SUITE("ema") {
     CHECK(baton::smoothing_from_half_life(0) == 0.0);
     CHECK(baton::half_life_from_smoothing(0) == 0.0);
     CHECK(baton::half_life_from_smoothing(1) == std::numeric_limits<double>::infinity());
-    CHECK(contains(error_of([] { baton::smoothing_from_half_life(-1); }), "half life"));
-    CHECK(contains(error_of([] { baton::half_life_from_smoothing(1.5); }), "[0, 1]"));
+    CHECK(contains(error_text([] { baton::smoothing_from_half_life(-1); }), "half life"));
+    CHECK(contains(error_text([] { baton::half_life_from_smoothing(1.5); }), "[0, 1]"));
   }
 
   TEST_CASE("smoothing outside [0, 1] is rejected everywhere it can be given") {
     Net net;
     baton::EmaOptions bad;
     bad.smoothing = 1.5;
-    CHECK(contains(error_of([&] { baton::ExponentialMovingAverage ema(net, bad); }), "1.5"));
+    CHECK(contains(error_text([&] { baton::ExponentialMovingAverage ema(net, bad); }), "1.5"));
     baton::ExponentialMovingAverage ema(net);
-    CHECK(contains(error_of([&] { ema.set_smoothing(-0.1); }), "[0, 1]"));
-    CHECK(contains(error_of([&] { ema.update(net, 1.0001); }), "[0, 1]"));
-    CHECK(contains(error_of([&] { ema.update(net, std::nan("")); }), "[0, 1]"));
+    CHECK(contains(error_text([&] { ema.set_smoothing(-0.1); }), "[0, 1]"));
+    CHECK(contains(error_text([&] { ema.update(net, 1.0001); }), "[0, 1]"));
+    CHECK(contains(error_text([&] { ema.update(net, std::nan("")); }), "[0, 1]"));
     ema.set_smoothing(1.0);
     ema.update(net, 0.0);
     CHECK(ema.options().smoothing == 1.0);
@@ -302,11 +296,11 @@ TEST_SUITE("ema") {
       CHECK(bitwise_equal(net.head, expected_head.to(c.dtype)));
       CHECK(bitwise_equal(ema.get("head"), expected_head));  // still readable while swapped
       CHECK(net.num_batches_tracked.item<std::int64_t>() == 31);
-      CHECK(contains(error_of([&] { ema.update(net); }), "swap"));
-      CHECK(contains(error_of([&] { ema.copy_to(net); }), "swap"));
-      CHECK(contains(error_of([&] { ema.reset(net); }), "swap"));
-      CHECK(contains(error_of([&] { ema.to("cpu"); }), "swap"));
-      CHECK(contains(error_of([&] { ema.load_state_dict(ema.state_dict()); }), "swap"));
+      CHECK(contains(error_text([&] { ema.update(net); }), "swap"));
+      CHECK(contains(error_text([&] { ema.copy_to(net); }), "swap"));
+      CHECK(contains(error_text([&] { ema.reset(net); }), "swap"));
+      CHECK(contains(error_text([&] { ema.to("cpu"); }), "swap"));
+      CHECK(contains(error_text([&] { ema.load_state_dict(ema.state_dict()); }), "swap"));
 
       ema.swap(net);
       CHECK_FALSE(ema.swapped());
@@ -441,24 +435,24 @@ TEST_SUITE("ema") {
 
     auto wrong_shape = state;
     wrong_shape[1].second = at::zeros({4, 3});  // block.weight is [3, 4]
-    const auto shape_error = error_of([&] { loaded.load_state_dict(wrong_shape); });
+    const auto shape_error = error_text([&] { loaded.load_state_dict(wrong_shape); });
     CHECK(contains(shape_error, "'block.weight'"));
     CHECK(contains(shape_error, "[4, 3]"));
     CHECK(contains(shape_error, "[3, 4]"));
 
     auto wrong_dtype = state;
     wrong_dtype[0].second = wrong_dtype[0].second.to(at::kDouble);
-    const auto dtype_error = error_of([&] { loaded.load_state_dict(wrong_dtype); });
+    const auto dtype_error = error_text([&] { loaded.load_state_dict(wrong_dtype); });
     CHECK(contains(dtype_error, "'head'"));
     CHECK(contains(dtype_error, "Double"));
     CHECK(contains(dtype_error, "Float"));
 
     auto missing = state;
     missing.erase(missing.begin() + 3);  // running_mean
-    CHECK(contains(error_of([&] { loaded.load_state_dict(missing); }), "'running_mean'"));
+    CHECK(contains(error_text([&] { loaded.load_state_dict(missing); }), "'running_mean'"));
     auto extra = state;
     extra.emplace_back("ghost", at::zeros({1}));
-    CHECK(contains(error_of([&] { loaded.load_state_dict(extra); }), "'ghost'"));
+    CHECK(contains(error_text([&] { loaded.load_state_dict(extra); }), "'ghost'"));
 
     // Non-strict: the intersection is loaded, the rest is left as it was.
     Net third;
@@ -469,7 +463,7 @@ TEST_SUITE("ema") {
     CHECK(bitwise_equal(partial.get("running_mean"), before));
 
     baton::ExponentialMovingAverage empty;
-    CHECK(contains(error_of([&] { empty.load_state_dict(state); }), "initialised"));
+    CHECK(contains(error_text([&] { empty.load_state_dict(state); }), "initialised"));
   }
 
   TEST_CASE("introspection: names, size, contains, bytes, get, to, layout errors") {
@@ -482,19 +476,19 @@ TEST_SUITE("ema") {
     CHECK(ema.contains("block.bias"));
     CHECK_FALSE(ema.contains("block"));
     CHECK(ema.bytes() == (5 + 12 + 4 + 4) * 4 + 8);
-    CHECK(contains(error_of([&] { ema.get("nope"); }), "'nope'"));
+    CHECK(contains(error_text([&] { ema.get("nope"); }), "'nope'"));
     ema.to("cpu");
     CHECK(ema.device() == "cpu");
-    CHECK(contains(error_of([&] { ema.to("tpu:banana"); }), "tpu:banana"));
+    CHECK(contains(error_text([&] { ema.to("tpu:banana"); }), "tpu:banana"));
     CHECK_FALSE(baton::ExponentialMovingAverage().initialized());
 
     struct Wider : Net {
       Wider() { extra = register_parameter("extra", at::zeros({2})); }
       at::Tensor extra;
     } wider;
-    CHECK(contains(error_of([&] { ema.update(wider); }), "'extra'"));
+    CHECK(contains(error_text([&] { ema.update(wider); }), "'extra'"));
     Block alone;
-    CHECK(contains(error_of([&] { ema.update(alone); }), "'weight'"));
+    CHECK(contains(error_text([&] { ema.update(alone); }), "'weight'"));
   }
 
   TEST_CASE("the parallel kernel over > 1M elements equals a single-threaded evaluation bit for bit") {

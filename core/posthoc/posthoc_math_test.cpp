@@ -9,6 +9,9 @@
 
 #include "baton/error.h"
 #include "baton/posthoc.h"
+#include "error_text.h"
+
+using baton::test::error_text;
 
 using namespace baton::posthoc;
 
@@ -29,15 +32,6 @@ double integrate_profiles(const Profile& a, const Profile& b) {
   return sum * end / steps;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const baton::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_SUITE("posthoc") {
@@ -56,8 +50,8 @@ TEST_SUITE("posthoc") {
       CHECK(sigma_rel_from_gamma(gamma) == doctest::Approx(sigma).epsilon(1e-12));
     }
     CHECK(gamma_from_sigma_rel(max_sigma_rel()) == doctest::Approx(0.0).epsilon(1e-9));
-    CHECK(error_of([] { gamma_from_sigma_rel(0.3); }).find("outside (0, 0.288675]") != std::string::npos);
-    CHECK(error_of([] { gamma_from_sigma_rel(0.0); }).find("sigma_rel 0 is outside") != std::string::npos);
+    CHECK(error_text([] { gamma_from_sigma_rel(0.3); }).find("outside (0, 0.288675]") != std::string::npos);
+    CHECK(error_text([] { gamma_from_sigma_rel(0.0); }).find("sigma_rel 0 is outside") != std::string::npos);
   }
 
   TEST_CASE("posthoc: beta comes from elapsed time, not from the number of updates") {
@@ -67,7 +61,7 @@ TEST_SUITE("posthoc") {
     // Every 4 batches: β at batch 12 is (8/12)^(γ+1), not ema-pytorch's (1 − 1/12)^(γ+1), which counts one batch.
     CHECK(std::fabs(power_ema_beta(8, 12, 2.0) - std::pow(11.0 / 12.0, 3.0)) > 0.4);
     CHECK(power_ema_beta(96, 100, 5.0) == doctest::Approx(std::pow(0.96, 6.0)));
-    CHECK(error_of([] { power_ema_beta(5, 5, 1.0); }).find("move time forward") != std::string::npos);
+    CHECK(error_text([] { power_ema_beta(5, 5, 1.0); }).find("move time forward") != std::string::npos);
   }
 
   TEST_CASE("posthoc: the inner product of two profiles matches numerical integration") {
@@ -95,13 +89,13 @@ TEST_SUITE("posthoc") {
     CHECK(between.weight_l1 < 5);
 
     std::vector<Profile> one_profile(snapshots.begin(), snapshots.begin() + 20);
-    CHECK(error_of([&] { synthesis_weights(one_profile, {1000, g10}); }).find("at least two profiles") !=
+    CHECK(error_text([&] { synthesis_weights(one_profile, {1000, g10}); }).find("at least two profiles") !=
           std::string::npos);
-    std::string far = error_of([&] { synthesis_weights(snapshots, {1000, gamma_from_sigma_rel(0.01)}); });
+    std::string far = error_text([&] { synthesis_weights(snapshots, {1000, gamma_from_sigma_rel(0.01)}); });
     CHECK(far.find("cannot represent sigma_rel 0.01") != std::string::npos);
     SynthesisLimits strict;
     strict.max_weight_l1 = 2;
-    CHECK(error_of([&] { synthesis_weights(snapshots, {1000, gamma_from_sigma_rel(0.03)}, strict); })
+    CHECK(error_text([&] { synthesis_weights(snapshots, {1000, gamma_from_sigma_rel(0.03)}, strict); })
               .find("ill-conditioned") != std::string::npos);
   }
 

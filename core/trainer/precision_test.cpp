@@ -18,6 +18,9 @@
 #include "small_trainer.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/precision.h"
+#include "error_text.h"
+
+using baton::test::error_text;
 
 using baton::AutocastScope;
 using baton::LossScaler;
@@ -52,17 +55,6 @@ at::Tensor with_grad(std::vector<float> values) {
   at::Tensor p = at::zeros({static_cast<std::int64_t>(values.size())});
   p.mutable_grad() = at::tensor(values);
   return p;
-}
-
-// The text of the baton::Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const baton::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
