@@ -1,6 +1,7 @@
 #include "trainer/run.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -37,6 +38,19 @@ namespace {
 void set_blas_threads(int threads) {
   using Setter = void (*)(int);
   if (auto set = reinterpret_cast<Setter>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+}
+
+// glibc gives a freed block above M_MMAP_THRESHOLD back to the kernel at once and trims the heap's free top beyond
+// M_TRIM_THRESHOLD, both adaptive and small by default. A training step frees and allocates the same activations
+// (megabytes each) every batch, so each allocation faulted its pages in again: about 10,000 page faults per convnet
+// step, measured with /usr/bin/time, and most of a run's system time. Keeping up to 1 GiB of freed memory for reuse
+// removes nearly all of them (the same Python loop: 1.58 M faults and 3.7 s of system time without, 0.11 M and
+// 0.6 s with). A process-wide setting, like the thread counts beside it, so it is made here, for `baton` runs.
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSection& o,
@@ -217,6 +231,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   const int threads = config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : per_rank;
   at::set_num_threads(threads);
   set_blas_threads(threads);
+  keep_freed_memory();
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
 
