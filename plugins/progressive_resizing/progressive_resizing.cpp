@@ -65,7 +65,7 @@ class ProgressiveResizing final : public baton::Algorithm {
       throw baton::Error("progressive_resizing: expects image inputs [N, C, H, W], got " +
                          std::to_string(inputs.dim()) + " dimensions");
     const double scale = scale_at(state.progress.fraction());
-    const std::int64_t height = inputs.size(2), width = inputs.size(3);
+    const std::int64_t width = inputs.size(3);  // the scale is pinned on the width; the height follows it
     // Python's round() (half to even, the current rounding mode's default), as Composer pins the width.
     // At least one increment: a scale rounding to a width of 0 would leave no image (Composer fails there).
     const double increment = static_cast<double>(size_increment_);
