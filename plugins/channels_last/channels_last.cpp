@@ -10,6 +10,7 @@
 // The model is converted at fit_start, eval_start and predict_start (whichever comes first; a resume has already
 // restored the weights then); a batch at after_dataloader (training: before it is split into microbatches),
 // eval_before_forward and predict_before_forward.
+#include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/MemoryFormat.h>
 #include <torch/nn/module.h>
@@ -22,8 +23,19 @@ using baton::Event;
 
 constexpr auto kChannelsLast = c10::MemoryFormat::ChannelsLast;
 
+// What the convolution kernels go by is the format a tensor's strides suggest, not whether it is contiguous in a
+// format: a tensor with one channel ([N, 1, H, W] images, [C_out, 1, kH, kW] first-layer weights) counts as
+// contiguous in both formats, yet its NCHW strides suggest NCHW, and one NCHW operand sends a convolution down the
+// NCHW path (measured: the first layer then ran NCHW and the bf16 step gained nothing from the plugin).
 bool needs_conversion(const at::Tensor& t) {
-  return t.defined() && t.dim() == 4 && !t.is_contiguous(kChannelsLast);
+  return t.defined() && t.dim() == 4 && t.suggest_memory_format() != kChannelsLast;
+}
+
+// A copy with channels-last strides proper (Tensor::contiguous would return an ambiguous tensor as it is).
+at::Tensor channels_last_copy(const at::Tensor& t) {
+  at::Tensor out = at::empty(t.sizes(), t.options().memory_format(kChannelsLast));
+  out.copy_(t);
+  return out;
 }
 
 class ChannelsLast final : public baton::Algorithm {
@@ -47,7 +59,7 @@ class ChannelsLast final : public baton::Algorithm {
       convert_model(state, logger);
       return;
     }
-    if (needs_conversion(state.batch.inputs)) state.batch.inputs = state.batch.inputs.contiguous(kChannelsLast);
+    if (needs_conversion(state.batch.inputs)) state.batch.inputs = channels_last_copy(state.batch.inputs);
   }
 
  private:
@@ -59,12 +71,12 @@ class ChannelsLast final : public baton::Algorithm {
     std::int64_t converted = 0;
     for (auto& p : state.model->parameters())
       if (needs_conversion(p)) {
-        p.set_data(p.contiguous(kChannelsLast));
+        p.set_data(channels_last_copy(p));
         ++converted;
       }
     for (auto& b : state.model->buffers())
       if (needs_conversion(b)) {
-        b.set_data(b.contiguous(kChannelsLast));
+        b.set_data(channels_last_copy(b));
         ++converted;
       }
     if (converted > 0 && !announced_) {
