@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -68,6 +69,8 @@ double seconds_per_step(const baton::TensorDataset& data, const Config& config, 
 }  // namespace
 
 int main() {
+  // As `baton train` does with trainer.threads = 0 (one thread per core); LibTorch's own default can be one.
+  at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   baton::TensorDataset data = baton::make_synthetic_dataset(kBatchSize * kBatches, 9);
   baton::LoaderOptions loader_options;
   loader_options.search_paths = {BATON_BENCH_BUILTIN_PLUGIN_DIR};
