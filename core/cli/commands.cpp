@@ -72,6 +72,16 @@ void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
   }
 }
 
+// eval and predict: a run that writes nothing, quiet, with the weights asked for ("ema", "raw" or "").
+baton::RunOptions inference_options(const CommonArgs& args, const std::string& weights) {
+  baton::RunOptions options;
+  options.write_run_dir = false;
+  options.quiet = true;
+  options.eval_weights = weights;
+  options.allow_insecure_plugins = args.allow_insecure;
+  return options;
+}
+
 int run_train(const CommonArgs& args, const std::string& resume, bool trace, bool quiet) {
   baton::RunConfig config = load(args);
   baton::RunOptions options;
@@ -123,12 +133,7 @@ int run_check(const CommonArgs& args) {
 
 int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::string& weights) {
   baton::RunConfig config = load(args);
-  baton::RunOptions options;
-  options.write_run_dir = false;
-  options.quiet = true;
-  options.eval_weights = weights;
-  options.allow_insecure_plugins = args.allow_insecure;
-  auto run = baton::build_run(config, options);
+  auto run = baton::build_run(config, inference_options(args, weights));
   auto results = run->trainer->evaluate_standalone(checkpoint);
   // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
   if (run->trainer->options().rank != 0) return 0;
@@ -146,12 +151,7 @@ struct PredictArgs {
 // to a safetensors file that is whole or absent.
 int run_predict(const CommonArgs& args, const PredictArgs& predict) {
   baton::RunConfig config = load(args);
-  baton::RunOptions options;
-  options.write_run_dir = false;
-  options.quiet = true;
-  options.eval_weights = predict.weights;
-  options.allow_insecure_plugins = args.allow_insecure;
-  auto run = baton::build_run(config, options);
+  auto run = baton::build_run(config, inference_options(args, predict.weights));
   const baton::TensorDataset& data =
       predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
   baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
