@@ -76,7 +76,7 @@ Timing hand_loop(const baton::TensorDataset& data) {
   Timing t = timed([&] {
   for (std::int64_t b = 0; b < kBatches; ++b) {
     std::int64_t epoch = b / sampler.batches_per_epoch(), in_epoch = b % sampler.batches_per_epoch();
-    baton::Batch batch = baton::gather_batch(data, sampler.batch_indices(epoch, in_epoch));
+    baton::Batch batch = data.get(sampler.batch_indices(epoch, in_epoch));
     optimizer->zero_grad();
     at::Tensor loss = at::cross_entropy_loss(model.forward(batch.inputs), batch.targets);
     loss.backward();

@@ -58,11 +58,11 @@ dir = "runs"
 seed = 3
 
 [data]
-dataset = "synthetic"
+name = "synthetic"
 batch_size = 64
 eval_batch_size = 256
-synthetic_train_size = 512
-synthetic_eval_size = 256
+train_size = 512
+eval_size = 256
 
 [model]
 name = "mlp"
@@ -200,7 +200,7 @@ TEST_SUITE("cli") {
     CHECK(contains(threads.err, "got 100000"));
 
     write(dir / "mnist.toml",
-          quick_config_with("dataset = \"synthetic\"", "dataset = \"mnist\"\npath = \"no/such/folder\""));
+          quick_config_with("name = \"synthetic\"", "name = \"mnist\"\npath = \"no/such/folder\""));
     auto path = run_baton(dir, {"check", "mnist.toml"});
     CHECK(path.status == 2);
     CHECK(contains(path.err, "error: mnist.toml:8:8: data.path: no such folder: 'no/such/folder'"));
@@ -336,6 +336,51 @@ TEST_SUITE("cli") {
     CHECK(listed.status == 0);
     CHECK(contains(listed.out, "fixture_good"));
     CHECK(contains(listed.out, "callback"));
+  }
+
+  TEST_CASE("a model and a dataset from a plugin library are named in TOML like the built-ins") {
+    auto dir = scratch("components");
+    const std::string library = "\n[[plugins]]\npath = \"" + fixture("fixture_components") + "\"\n";
+    std::string text = quick_config_with("name = \"mlp\"\nwidths = [32]", "name = \"fixture_linear\"") + library;
+    text.replace(text.find("name = \"synthetic\""), std::string("name = \"synthetic\"").size(),
+                 "name = \"fixture_points\"\nsize = 512");
+    text.replace(text.find("train_size = 512\neval_size = 256\n"), std::string("train_size = 512\neval_size = 256\n").size(),
+                 "");
+    write(dir / "run.toml", text);
+    auto check = run_baton(dir, {"check", "run.toml", "--allow-insecure-plugins"});
+    CHECK_MESSAGE(check.status == 0, check.err);
+    auto train = run_baton(dir, {"train", "run.toml", "--allow-insecure-plugins"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    CHECK(contains(train.err, "plugin fixture_components 1.2.3 (components)"));
+    // Two well-separated clouds: a linear model classifies nearly all of the evaluation points.
+    double accuracy = -1;
+    std::istringstream lines(read_bytes(dir / "runs" / "quick" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record.contains("eval/accuracy")) accuracy = record["eval/accuracy"].get<double>();
+    }
+    CHECK(accuracy > 0.9);
+    // The model's parameters are saved under the library's names.
+    CHECK(safetensors_header(dir / "runs" / "quick" / "model.safetensors").contains("linear.weight"));
+
+    // Without the library the names are unknown, and the error lists what is registered.
+    write(dir / "without.toml", quick_config_with("name = \"mlp\"\nwidths = [32]", "name = \"fixture_linear\""));
+    auto without = run_baton(dir, {"check", "without.toml"});
+    CHECK(without.status == 2);
+    CHECK(contains(without.err, "error: without.toml:14:8: model.name: unknown model 'fixture_linear'; registered: "
+                                "convnet, mlp"));
+
+    auto listed = run_baton(dir, {"plugins", "--path", BATON_TEST_PLUGIN_DIR, "--allow-insecure-plugins"});
+    CHECK(listed.status == 0);
+    CHECK(contains(listed.out, "fixture_components   1.2.3      3    components"));
+    CHECK(contains(listed.out, "model      fixture_linear   1.2.3      " + fixture("fixture_components")));
+    // baton's own stay baton's, though the library's registration was the first to use the registries.
+    const auto line_of = [&](const std::string& start) {
+      const auto at = listed.out.find("\n" + start);
+      return at == std::string::npos ? std::string() : listed.out.substr(at + 1, listed.out.find('\n', at + 1) - at - 1);
+    };
+    CHECK(contains(line_of("optimizer  adamw "), " built-in "));
+    CHECK(contains(line_of("metric     r2 "), " built-in "));
   }
 
   TEST_CASE("a plugin that throws something other than a std::exception is reported naming the plugin and call") {

@@ -49,7 +49,7 @@ Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
 // A small synthetic run: 512 samples, an mlp, sgd with momentum, 2 epochs.
 void write_config(const fs::path& file, const std::string& name, int batch_size, const std::string& extra = "") {
   std::ofstream(file) << "[run]\nname = \"" << name << "\"\ndir = \"runs\"\nseed = 7\n"
-                      << "[data]\ndataset = \"synthetic\"\nsynthetic_train_size = 512\nsynthetic_eval_size = 200\n"
+                      << "[data]\nname = \"synthetic\"\ntrain_size = 512\neval_size = 200\n"
                       << "batch_size = " << batch_size << "\neval_batch_size = 64\n"
                       << "[model]\nname = \"mlp\"\nwidths = [32]\n"
                       << "[optimizer]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n"

@@ -124,10 +124,10 @@ dir = "runs"
 seed = 3
 
 [data]
-dataset = "synthetic"
+name = "synthetic"
 batch_size = 32
-synthetic_train_size = 256
-synthetic_eval_size = 64
+train_size = 256
+eval_size = 64
 
 [model]
 name = "mlp"

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "baton/cli.h"
+#include "baton/components.h"
 #include "baton/safetensors.h"
 #include "baton/trainer.h"
 #include "cli/launch_command.h"
@@ -119,7 +120,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
 
 int run_check(const CommonArgs& args) {
   baton::RunConfig config = load(args);
-  baton::check_against_data_and_machine(config);
+  baton::check_machine(config);
   std::vector<baton::LoadedPlugin> plugins;
   try {
     plugins = baton::load_plugins(config, args.allow_insecure);
@@ -127,6 +128,8 @@ int run_check(const CommonArgs& args) {
     // For `check` every problem found in the configuration, a plugin it names included, is a usage error.
     throw e.as_config_error();
   }
+  // The components as train would build them (the data is loaded): a bad key of any of them is found here.
+  baton::build_components(config);
   std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins.size(), plugins.size() == 1 ? "" : "s");
   return 0;
 }
@@ -152,13 +155,12 @@ struct PredictArgs {
 int run_predict(const CommonArgs& args, const PredictArgs& predict) {
   baton::RunConfig config = load(args);
   auto run = baton::build_run(config, inference_options(args, predict.weights));
-  const baton::TensorDataset& data =
-      predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
+  const baton::Dataset& data = predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
   baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
   if (run->trainer->options().rank != 0) return 0;
   baton::NamedTensors tensors{{"outputs", result.outputs}};
   if (result.predictions.defined()) tensors.emplace_back("predictions", result.predictions);
-  if (data.targets.defined()) tensors.emplace_back("targets", data.targets);
+  if (result.targets.defined()) tensors.emplace_back("targets", result.targets);
   const std::map<std::string, std::string> metadata{{"baton.checkpoint", predict.checkpoint},
                                                     {"baton.weights", predict.weights.empty() ? "default" : predict.weights},
                                                     {"baton.dataset", data.name}};
@@ -179,9 +181,31 @@ int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
   std::printf("search path:\n");
   for (const auto& dir : loader.search_paths()) std::printf("  %s\n", dir.c_str());
   std::printf("%-20s %-10s %-4s %-10s %-8s %s\n", "name", "version", "abi", "kind", "libtorch", "path");
-  for (const auto& p : found)
+  for (const auto& p : found) {
     std::printf("%-20s %-10s %-4u %-10s %-8s %s\n", p.name.c_str(), p.version.c_str(), p.abi_version,
                 p.kind.c_str(), p.torch_version.c_str(), p.path.c_str());
+    try {
+      loader.register_components(p.path);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+  }
+  // Every registered component by kind: baton's own and those the libraries above add.
+  const baton::Components& registry = baton::components();
+  std::printf("\ncomponents:\n%-10s %-16s %-10s %-28s %s\n", "kind", "name", "version", "from", "description");
+  const auto list = [](const auto& kind) {
+    for (const auto* entry : kind.entries()) {
+      const std::string version = entry->origin.version.empty() ? BATON_VERSION : entry->origin.version;
+      std::printf("%-10s %-16s %-10s %-28s %s\n", kind.kind().c_str(), entry->name.c_str(), version.c_str(),
+                  entry->origin.library.c_str(), entry->description.c_str());
+    }
+  };
+  list(registry.models);
+  list(registry.datasets);
+  list(registry.optimizers);
+  list(registry.schedulers);
+  list(registry.losses);
+  list(registry.metrics);
   for (const auto& e : errors) std::fprintf(stderr, "warning: %s\n", e.c_str());
   return 0;
 }

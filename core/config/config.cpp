@@ -18,8 +18,8 @@ namespace {
 using namespace toml_detail;
 namespace fs = std::filesystem;
 
-const std::vector<std::string_view> kSections = {"run",     "data",       "model",   "optimizer",    "scheduler",
-                                                 "trainer", "checkpoint", "distributed", "plugins",
+const std::vector<std::string_view> kSections = {"run",     "data",       "model",       "optimizer", "scheduler",
+                                                 "loss",    "trainer",    "checkpoint",  "distributed", "plugins",
                                                  "plugin_search"};
 
 std::string join(const std::vector<std::string_view>& items, std::string_view quote = "") {
@@ -47,221 +47,93 @@ Context make_context(const std::string& source) {
   return Context{source, is_file ? fs::path(source).parent_path() : fs::path()};
 }
 
-// One [section]: reads the keys it knows, then reports any other key at that key's location.
-class Section {
- public:
-  Section(const toml::table& root, std::string name, const Context& ctx) : name_(std::move(name)), ctx_(ctx) {
-    const toml::node* node = root.get(name_);
-    if (node == nullptr) return;
-    table_ = node->as_table();
-    if (table_ == nullptr)
-      throw ConfigError(location_of(*node, ctx_.file), name_, "expected a table, got " + describe(*node));
-  }
-
-  const toml::node* get(std::string_view key) {
-    known_.push_back(key);
-    const toml::node* node = table_ != nullptr ? table_->get(key) : nullptr;
-    if (node != nullptr && ctx_.locations != nullptr) (*ctx_.locations)[path(key)] = location_of(*node, ctx_.file);
-    return node;
-  }
-
-  /// Converts key into out when present; returns its node (nullptr when absent).
-  template <class T, class Convert>
-  const toml::node* read(std::string_view key, T& out, Convert convert) {
-    const toml::node* node = get(key);
-    if (node == nullptr) return nullptr;
-    try {
-      out = convert(*node);
-    } catch (const Mismatch& m) {
-      throw ConfigError(location_of(*m.node, ctx_.file), path(key) + m.suffix, m.message);
-    }
-    return node;
-  }
-
-  [[noreturn]] void fail(const toml::node& node, std::string_view key, const std::string& expected) const {
-    throw ConfigError(location_of(node, ctx_.file), path(key), "expected " + expected + ", got " + describe(node));
-  }
-
-  void reject_unknown() const {
-    if (table_ == nullptr) return;
-    for (const auto& [key, node] : *table_) {
-      if (std::find(known_.begin(), known_.end(), key.str()) != known_.end()) continue;
-      throw ConfigError(location_of(key.source(), ctx_.file), path(key.str()),
-                        "unknown key; [" + name_ + "] has " + join(known_));
-    }
-  }
-
-  std::string path(std::string_view key) const { return name_ + "." + std::string(key); }
-  const Context& context() const { return ctx_; }
-
- private:
-  const toml::table* table_ = nullptr;
-  std::string name_;
-  const Context& ctx_;
-  std::vector<std::string_view> known_;
-};
-
-// ---- typed readers with the checks the header's comments ask for ----
-
-void read_bool(Section& s, std::string_view key, bool& out) { s.read(key, out, to_bool); }
-
-void read_int(Section& s, std::string_view key, std::int64_t& out, std::int64_t min) {
-  const toml::node* node = s.read(key, out, to_int);
-  if (node != nullptr && out < min) s.fail(*node, key, "an integer >= " + std::to_string(min));
+// A view of one [section], moved out of the root so every node keeps its source location. An absent section is
+// an empty table at the file's start.
+PluginConfig section_view(toml::table& root, const std::string& name, const Context& ctx) {
+  toml::node* node = root.get(name);
+  if (node == nullptr) return make_section_config(toml::table{}, name, ctx.file, SourceLocation{ctx.file, 0, 0});
+  toml::table* table = node->as_table();
+  if (table == nullptr)
+    throw ConfigError(location_of(*node, ctx.file), name, "expected a table, got " + describe(*node));
+  const SourceLocation where = location_of(*table, ctx.file);
+  return make_section_config(std::move(*table), name, ctx.file, where);
 }
 
-struct Range {
-  double lo;
-  double hi;
-  bool lo_open;
-  bool hi_open;
-
-  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
-  std::string text() const {
-    const auto show = [](double v) {
-      std::ostringstream out;
-      out << v;
-      return out.str();
-    };
-    if (hi == std::numeric_limits<double>::infinity()) return (lo_open ? "> " : ">= ") + show(lo);
-    return std::string("in ") + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) + (hi_open ? ")" : "]");
-  }
-};
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr Range kPositive{0, kInf, true, false};
-constexpr Range kNonNegative{0, kInf, false, false};
-constexpr Range kUnitOpen{0, 1, false, true};  // [0, 1)
-constexpr Range kUnitClosed{0, 1, false, false};
-
-void read_double(Section& s, std::string_view key, double& out, Range range) {
-  const toml::node* node = s.read(key, out, to_double);
-  if (node != nullptr && !range.contains(out)) s.fail(*node, key, "a number " + range.text());
+// Every key the section has, for the checks made after parsing (RunConfig::where).
+void record_locations(const PluginConfig& view, const std::string& section, const Context& ctx) {
+  if (ctx.locations == nullptr) return;
+  for (const auto& key : view.keys()) (*ctx.locations)[section + "." + key] = view.where(key);
 }
 
-void read_string(Section& s, std::string_view key, std::string& out) {
-  const toml::node* node = s.read(key, out, to_string);
-  if (node != nullptr && out.empty()) s.fail(*node, key, "a non-empty string");
+Time read_time(const PluginConfig& s, std::string_view key, Time fallback, const std::vector<TimeUnit>& units,
+               TimeZero zero) {
+  if (!s.has(key)) return fallback;
+  const Time time = s.get_time(key, units, zero);
+  if (time.unit() == TimeUnit::duration && time.value() > 1)
+    s.fail(key, "expected a fraction of the run <= 1dur, got string " + quote(s.get<std::string>(key)));
+  return time;
 }
 
-const toml::node* read_choice(Section& s, std::string_view key, std::string& out,
-                              const std::vector<std::string_view>& choices) {
-  const toml::node* node = s.read(key, out, to_string);
-  if (node != nullptr && std::find(choices.begin(), choices.end(), out) == choices.end())
-    s.fail(*node, key, "one of " + join(choices, "\""));
-  return node;
+std::string read_device(const PluginConfig& s, std::string_view key, const std::string& fallback) {
+  if (!s.has(key)) return fallback;
+  const std::string device = s.get<std::string>(key);
+  const bool valid =
+      device == "cpu" || device == "cuda" || (device.rfind("cuda:", 0) == 0 && is_digits(device.substr(5)));
+  if (!valid) s.fail(key, "expected \"cpu\", \"cuda\" or \"cuda:N\", got string " + quote(device));
+  return device;
 }
 
-std::string unit_list(std::initializer_list<TimeUnit> units) {
-  std::vector<std::string_view> names;
-  for (TimeUnit unit : units) names.push_back(unit_suffix(unit));
-  std::string out;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    out += (i == 0 ? "" : (i + 1 == names.size() ? " or " : ", ")) + std::string(names[i]);
-  return out;
-}
-
-enum class Zero { allowed, rejected };
-
-void read_time(Section& s, std::string_view key, Time& out, std::initializer_list<TimeUnit> units, Zero zero) {
-  const toml::node* node = s.read(key, out, to_time);
-  if (node == nullptr) return;
-  if (std::find(units.begin(), units.end(), out.unit()) == units.end())
-    s.fail(*node, key, "a time in " + unit_list(units));
-  if (zero == Zero::rejected && out.value() <= 0) s.fail(*node, key, "a time > 0");
-  if (out.unit() == TimeUnit::duration && out.value() > 1) s.fail(*node, key, "a fraction of the run <= 1dur");
-}
-
-void read_device(Section& s, std::string_view key, std::string& out) {
-  const toml::node* node = s.read(key, out, to_string);
-  const bool valid = out == "cpu" || out == "cuda" || (out.rfind("cuda:", 0) == 0 && is_digits(out.substr(5)));
-  if (node != nullptr && !valid) s.fail(*node, key, "\"cpu\", \"cuda\" or \"cuda:N\"");
-}
+const Range kAtLeastOne = Range::at_least(1);
+const Range kNonNegative = Range::at_least(0);
 
 // ---- sections ----
 
-void read_run(Section s, RunSection& run) {
-  read_string(s, "name", run.name);
-  read_string(s, "dir", run.dir);
-  read_int(s, "seed", run.seed, 0);
-  s.reject_unknown();
+void read_run(const PluginConfig& s, RunSection& run) {
+  run.name = s.get_text_or("name", run.name);
+  run.dir = s.get_text_or("dir", run.dir);
+  run.seed = s.get_int_or("seed", run.seed, kNonNegative);
 }
 
-void read_data(Section s, DataSection& data) {
-  read_choice(s, "dataset", data.dataset, {"fashion-mnist", "mnist", "synthetic"});
-  if (data.dataset == "mnist") data.path = "/usr/share/datasets/mnist";
-  if (data.dataset == "synthetic") data.path.clear();
-  read_string(s, "path", data.path);
-  read_int(s, "batch_size", data.batch_size, 1);
-  read_int(s, "eval_batch_size", data.eval_batch_size, 1);
-  read_int(s, "train_subset", data.train_subset, 0);
-  read_int(s, "eval_subset", data.eval_subset, 0);
-  read_int(s, "synthetic_train_size", data.synthetic_train_size, 1);
-  read_int(s, "synthetic_eval_size", data.synthetic_eval_size, 1);
-  s.reject_unknown();
+// The generic keys of a component section; the component reads the rest when it is built.
+void read_component(const PluginConfig& s, ComponentSection& out, const std::string& fallback) {
+  out.name = s.get_text_or("name", fallback);
+  out.config = s;
 }
 
-void read_model(Section s, ModelSection& model) {
-  read_choice(s, "name", model.name, {"mlp", "convnet"});
-  const toml::node* widths = s.read("widths", model.widths, to_ints);
-  if (widths == nullptr) {
-    model.widths = model.name == "mlp" ? std::vector<std::int64_t>{256, 128} : std::vector<std::int64_t>{32, 64};
-  } else {
-    const toml::array& array = *widths->as_array();
-    for (std::size_t i = 0; i < model.widths.size(); ++i)
-      if (model.widths[i] < 1) s.fail(array[i], "widths[" + std::to_string(i) + "]", "an integer >= 1");
-    // An mlp without hidden layers is a linear model; a convnet needs at least one block.
-    if (model.name == "convnet" && model.widths.empty()) s.fail(*widths, "widths", "at least one width for convnet");
-  }
-  s.reject_unknown();
+void read_data(const PluginConfig& s, DataSection& data) {
+  if (s.has("dataset"))
+    s.fail("dataset", "the dataset is chosen with [data] name = \"...\" (the key was renamed)");
+  read_component(s, data, "fashion-mnist");
+  data.batch_size = s.get_int_or("batch_size", data.batch_size, kAtLeastOne);
+  data.eval_batch_size = s.get_int_or("eval_batch_size", data.eval_batch_size, kAtLeastOne);
 }
 
-void read_optimizer(Section s, OptimizerSection& optimizer) {
-  read_choice(s, "name", optimizer.name, {"sgd", "adam", "adamw"});
-  read_double(s, "lr", optimizer.lr, kPositive);
-  read_double(s, "weight_decay", optimizer.weight_decay, kNonNegative);
-  read_double(s, "momentum", optimizer.momentum, kUnitOpen);
-  read_double(s, "beta1", optimizer.beta1, kUnitOpen);
-  read_double(s, "beta2", optimizer.beta2, kUnitOpen);
-  read_double(s, "eps", optimizer.eps, kPositive);
-  s.reject_unknown();
+void read_trainer(const PluginConfig& s, TrainerSection& trainer) {
+  trainer.max_duration = read_time(s, "max_duration", trainer.max_duration,
+                                   {TimeUnit::epoch, TimeUnit::batch, TimeUnit::sample}, TimeZero::rejected);
+  trainer.eval_interval = read_time(s, "eval_interval", trainer.eval_interval,
+                                    {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration}, TimeZero::allowed);
+  trainer.device = read_device(s, "device", trainer.device);
+  trainer.threads = s.get_int_or("threads", trainer.threads, kNonNegative);
+  trainer.log_interval = read_time(s, "log_interval", trainer.log_interval, {TimeUnit::batch}, TimeZero::rejected);
+  trainer.microbatch_size = s.get_int_or("microbatch_size", trainer.microbatch_size, kNonNegative);
+  trainer.precision = s.get_choice_or("precision", trainer.precision, {"fp32", "amp_bf16", "amp_fp16"});
+  if (s.has("precision") && trainer.precision == "amp_fp16" && trainer.device.rfind("cuda", 0) != 0)
+    s.fail("precision", "amp_fp16 needs a CUDA device (trainer.device is \"" + trainer.device +
+                            "\"); on the CPU use amp_bf16, which needs no loss scaling");
+  trainer.progress = s.get_or<bool>("progress", trainer.progress);
 }
 
-void read_scheduler(Section s, SchedulerSection& scheduler) {
-  read_choice(s, "name", scheduler.name, {"constant", "cosine"});
-  read_time(s, "warmup", scheduler.warmup, {TimeUnit::batch, TimeUnit::epoch, TimeUnit::duration}, Zero::allowed);
-  read_double(s, "min_lr_ratio", scheduler.min_lr_ratio, kUnitClosed);
-  s.reject_unknown();
+void read_checkpoint(const PluginConfig& s, CheckpointSection& checkpoint) {
+  checkpoint.save_interval = read_time(s, "save_interval", checkpoint.save_interval,
+                                       {TimeUnit::epoch, TimeUnit::batch}, TimeZero::allowed);
+  checkpoint.keep_last = s.get_int_or("keep_last", checkpoint.keep_last, kNonNegative);
+  checkpoint.dir = s.get_text_or("dir", checkpoint.dir);
 }
 
-void read_trainer(Section s, TrainerSection& trainer) {
-  read_time(s, "max_duration", trainer.max_duration, {TimeUnit::epoch, TimeUnit::batch, TimeUnit::sample},
-            Zero::rejected);
-  read_time(s, "eval_interval", trainer.eval_interval, {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration},
-            Zero::allowed);
-  read_device(s, "device", trainer.device);
-  read_int(s, "threads", trainer.threads, 0);
-  read_time(s, "log_interval", trainer.log_interval, {TimeUnit::batch}, Zero::rejected);
-  read_int(s, "microbatch_size", trainer.microbatch_size, 0);
-  const toml::node* precision = read_choice(s, "precision", trainer.precision, {"fp32", "amp_bf16", "amp_fp16"});
-  if (precision != nullptr && trainer.precision == "amp_fp16" && trainer.device.rfind("cuda", 0) != 0)
-    throw ConfigError(location_of(*precision, s.context().file), s.path("precision"),
-                      "amp_fp16 needs a CUDA device (trainer.device is \"" + trainer.device +
-                          "\"); on the CPU use amp_bf16, which needs no loss scaling");
-  read_bool(s, "progress", trainer.progress);
-  s.reject_unknown();
-}
-
-void read_checkpoint(Section s, CheckpointSection& checkpoint) {
-  read_time(s, "save_interval", checkpoint.save_interval, {TimeUnit::epoch, TimeUnit::batch}, Zero::allowed);
-  read_int(s, "keep_last", checkpoint.keep_last, 0);
-  read_string(s, "dir", checkpoint.dir);
-  s.reject_unknown();
-}
-
-void read_distributed(Section s, DistributedSection& distributed) {
-  read_choice(s, "backend", distributed.backend, {"gloo", "nccl"});
-  read_int(s, "timeout_seconds", distributed.timeout_seconds, 1);
-  s.reject_unknown();
+void read_distributed(const PluginConfig& s, DistributedSection& distributed) {
+  distributed.backend = s.get_choice_or("backend", distributed.backend, {"gloo", "nccl"});
+  distributed.timeout_seconds = s.get_int_or("timeout_seconds", distributed.timeout_seconds, kAtLeastOne);
 }
 
 /// Plugin paths from the file are relative to its folder; those typed in a --set stay relative to the working
@@ -272,17 +144,20 @@ std::string resolve_plugin_path(const std::string& path, const toml::node& node,
   return (ctx.base / path).lexically_normal().string();
 }
 
-void read_plugin_search(Section s, RunConfig& config) {
-  std::vector<std::string> paths;
-  if (const toml::node* node = s.read("paths", paths, to_strings)) {
-    const toml::array& array = *node->as_array();
+void read_plugin_search(const PluginConfig& s, RunConfig& config, const Context& ctx) {
+  if (s.has("paths")) {
+    const auto paths = s.get<std::vector<std::string>>("paths");
+    // Paths from the file are relative to its folder; one typed in a --set stays relative to the working directory.
+    const bool from_file = s.where("paths").file == ctx.file;
     for (std::size_t i = 0; i < paths.size(); ++i) {
-      if (paths[i].empty()) s.fail(array[i], "paths[" + std::to_string(i) + "]", "a non-empty string");
-      config.plugin_search_paths.push_back(resolve_plugin_path(paths[i], array[i], s.context()));
+      if (paths[i].empty()) s.fail("paths", "expected non-empty strings, got \"\" at index " + std::to_string(i));
+      config.plugin_search_paths.push_back(
+          from_file && !fs::path(paths[i]).is_absolute() && !ctx.base.empty()
+              ? (ctx.base / paths[i]).lexically_normal().string()
+              : paths[i]);
     }
   }
-  read_bool(s, "allow_insecure", config.allow_insecure_plugins);
-  s.reject_unknown();
+  config.allow_insecure_plugins = s.get_or<bool>("allow_insecure", config.allow_insecure_plugins);
 }
 
 PluginEntry read_plugin(toml::table& table, std::size_t index, const Context& ctx) {
@@ -351,15 +226,23 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   config.source = file_ctx.file;
   Context ctx = file_ctx;
   ctx.locations = &config.locations;
-  read_run(Section(root, "run", ctx), config.run);
-  read_data(Section(root, "data", ctx), config.data);
-  read_model(Section(root, "model", ctx), config.model);
-  read_optimizer(Section(root, "optimizer", ctx), config.optimizer);
-  read_scheduler(Section(root, "scheduler", ctx), config.scheduler);
-  read_trainer(Section(root, "trainer", ctx), config.trainer);
-  read_checkpoint(Section(root, "checkpoint", ctx), config.checkpoint);
-  read_distributed(Section(root, "distributed", ctx), config.distributed);
-  read_plugin_search(Section(root, "plugin_search", ctx), config);
+  // Generic sections are read whole here; a component section's other keys wait for its component.
+  const auto section = [&](const std::string& name, auto read, bool whole) {
+    PluginConfig view = section_view(root, name, ctx);
+    read(view);
+    record_locations(view, name, ctx);
+    if (whole) view.reject_unread();
+  };
+  section("run", [&](const PluginConfig& s) { read_run(s, config.run); }, true);
+  section("data", [&](const PluginConfig& s) { read_data(s, config.data); }, false);
+  section("model", [&](const PluginConfig& s) { read_component(s, config.model, "convnet"); }, false);
+  section("optimizer", [&](const PluginConfig& s) { read_component(s, config.optimizer, "sgd"); }, false);
+  section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);
+  section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
+  section("trainer", [&](const PluginConfig& s) { read_trainer(s, config.trainer); }, true);
+  section("checkpoint", [&](const PluginConfig& s) { read_checkpoint(s, config.checkpoint); }, true);
+  section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed); }, true);
+  section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
   config.plugins = read_plugins(root, ctx);
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = (fs::path(config.run.dir) / config.run.name / "checkpoints").string();

@@ -21,37 +21,18 @@ struct RunSection {
   std::int64_t seed = 42;
 };
 
-struct DataSection {
-  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | synthetic
-  std::string path = "/usr/share/datasets/fashion-mnist";  // default depends on dataset (mnist: .../mnist)
+/// A section that names a registered component (baton/components.h) and holds its keys: `name` selects the
+/// factory, which reads the rest of the table through `config` when the run is built (build_run): its own keys,
+/// types, ranges and unknown keys are checked there, with the same file:line:key errors.
+struct ComponentSection {
+  std::string name;
+  PluginConfig config;  // the whole table; the section's generic keys are read already
+};
+
+struct DataSection : ComponentSection {
+  // name: the dataset ("fashion-mnist", "mnist", "synthetic", "csv", ... or a plugin's)
   std::int64_t batch_size = 128;        // >= 1
   std::int64_t eval_batch_size = 1000;  // >= 1
-  std::int64_t train_subset = 0;        // first N training samples; 0 = all
-  std::int64_t eval_subset = 0;         // first N evaluation samples; 0 = all
-  std::int64_t synthetic_train_size = 2048;  // only for dataset = "synthetic"
-  std::int64_t synthetic_eval_size = 512;
-};
-
-struct ModelSection {
-  std::string name = "convnet";  // mlp | convnet
-  std::vector<std::int64_t> widths;  // mlp: hidden layer widths (default {256, 128});
-                                     // convnet: channels of its conv blocks (default {32, 64}); each >= 1
-};
-
-struct OptimizerSection {
-  std::string name = "sgd";  // sgd | adam | adamw
-  double lr = 0.05;          // > 0
-  double weight_decay = 0;   // >= 0
-  double momentum = 0.9;     // sgd only, [0, 1)
-  double beta1 = 0.9;        // adam/adamw, [0, 1)
-  double beta2 = 0.999;      // adam/adamw, [0, 1)
-  double eps = 1e-8;         // adam/adamw, > 0
-};
-
-struct SchedulerSection {
-  std::string name = "constant";  // constant | cosine
-  Time warmup = Time(0, TimeUnit::batch);  // linear warmup from 0 (ba, ep or dur)
-  double min_lr_ratio = 0.0;  // cosine ends at lr * min_lr_ratio, [0, 1]
 };
 
 struct TrainerSection {
@@ -88,10 +69,11 @@ struct PluginEntry {
 struct RunConfig {
   std::string source;  // the file name (or "<string>")
   RunSection run;
-  DataSection data;
-  ModelSection model;
-  OptimizerSection optimizer;
-  SchedulerSection scheduler;
+  DataSection data;             // [data]: name = "fashion-mnist"
+  ComponentSection model;       // [model]: name = "convnet"
+  ComponentSection optimizer;   // [optimizer]: name = "sgd"
+  ComponentSection scheduler;   // [scheduler]: name = "constant"
+  ComponentSection loss;        // [loss]: name = "" (the dataset's task decides: cross_entropy or mse)
   TrainerSection trainer;
   CheckpointSection checkpoint;
   DistributedSection distributed;

@@ -199,16 +199,17 @@ struct PluginConfig::Impl {
     std::string file;
     std::set<std::string> read;  // dotted paths
     std::shared_ptr<const Shared> origin;  // a renamed view's tables live in its origin's root
+    std::string key_prefix;  // "plugins.<name>." for a plugin, "<section>." for a section of the run config
+    std::string owner;       // "plugin 'ema'", "[trainer]", "optimizer 'sgd'": unknown-key errors name it
   };
 
   std::shared_ptr<Shared> shared;
   const toml::table* table = nullptr;
   std::string prefix;  // "" for the plugin's table, "schedule." for a nested one
   SourceLocation where;
+  std::string owner;  // overrides shared->owner in unknown-key errors (owned_by)
 
-  std::string full_key(std::string_view key) const {
-    return "plugins." + shared->name + "." + prefix + std::string(key);
-  }
+  std::string full_key(std::string_view key) const { return shared->key_prefix + prefix + std::string(key); }
 
   const toml::node* find(std::string_view key) const {
     shared->read.insert(prefix + std::string(key));
@@ -238,7 +239,7 @@ struct PluginConfig::Impl {
       if (shared->read.count(path) == 0) {
         out.emplace_back(path, toml_detail::location_of(key->source(), shared->file));
       } else if (const toml::table* nested = node->as_table()) {
-        Impl child{shared, nested, path + ".", location(*node)};
+        Impl child{shared, nested, path + ".", location(*node), ""};
         child.collect_unread(out);
       }
     }
@@ -251,6 +252,8 @@ std::shared_ptr<PluginConfig::Impl> make_impl(toml::table table, std::string nam
                                               SourceLocation where) {
   auto shared = std::make_shared<PluginConfig::Impl::Shared>();
   shared->root = std::move(table);
+  shared->key_prefix = "plugins." + name + ".";
+  shared->owner = "plugin '" + name + "'";
   shared->name = std::move(name);
   shared->file = std::move(file);
   auto impl = std::make_shared<PluginConfig::Impl>();
@@ -308,11 +311,13 @@ PluginConfig PluginConfig::renamed(std::string plugin_name) const {
   // The new record points into the original's table rather than copying it: toml++ does not copy source
   // positions, and errors need them.
   auto shared = std::make_shared<Impl::Shared>();
+  shared->key_prefix = "plugins." + plugin_name + ".";
+  shared->owner = "plugin '" + plugin_name + "'";
   shared->name = std::move(plugin_name);
   shared->file = impl_->shared->file;
   shared->read = impl_->shared->read;
   shared->origin = impl_->shared;
-  auto impl = std::make_shared<Impl>(Impl{std::move(shared), impl_->table, impl_->prefix, impl_->where});
+  auto impl = std::make_shared<Impl>(Impl{std::move(shared), impl_->table, impl_->prefix, impl_->where, impl_->owner});
   return PluginConfig(std::move(impl));
 }
 
@@ -330,7 +335,7 @@ T PluginConfig::get(std::string_view key) const {
       throw ConfigError(impl_->location(*node), impl_->full_key(key),
                         std::string("expected a table, got ") + toml_detail::describe(*node));
     auto child = std::make_shared<Impl>(Impl{impl_->shared, nested, impl_->prefix + std::string(key) + ".",
-                                             impl_->location(*node)});
+                                             impl_->location(*node), ""});
     return PluginConfig(std::move(child));
   } else {
     try {
@@ -372,6 +377,55 @@ Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& u
                     "expected a time > 0, got " + toml_detail::describe(node));
 }
 
+bool Range::contains(double value) const {
+  return (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
+}
+
+std::string Range::text() const {
+  const auto show = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  if (hi >= 1e308) return (lo_open ? "> " : ">= ") + show(lo);
+  if (lo <= -1e308) return (hi_open ? "< " : "<= ") + show(hi);
+  return std::string("in ") + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) + (hi_open ? ")" : "]");
+}
+
+double PluginConfig::get_number(std::string_view key, Range range) const {
+  const double value = get<double>(key);
+  if (!range.contains(value))
+    throw ConfigError(where(key), full_key(key),
+                      "expected a number " + range.text() + ", got " + toml_detail::describe(*impl_->table->get(key)));
+  return value;
+}
+
+std::int64_t PluginConfig::get_int(std::string_view key, Range range) const {
+  const std::int64_t value = get<std::int64_t>(key);
+  if (!range.contains(static_cast<double>(value)))
+    throw ConfigError(where(key), full_key(key),
+                      "expected an integer " + range.text() + ", got " +
+                          toml_detail::describe(*impl_->table->get(key)));
+  return value;
+}
+
+std::string PluginConfig::get_choice(std::string_view key, const std::vector<std::string>& choices) const {
+  std::string value = get<std::string>(key);
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
+  std::string list;
+  for (const auto& choice : choices) list += (list.empty() ? "" : ", ") + toml_detail::quote(choice);
+  throw ConfigError(where(key), full_key(key),
+                    "expected one of " + list + ", got " + toml_detail::describe(*impl_->table->get(key)));
+}
+
+std::string PluginConfig::get_text(std::string_view key) const {
+  std::string value = get<std::string>(key);
+  if (value.empty())
+    throw ConfigError(where(key), full_key(key),
+                      "expected a non-empty string, got " + toml_detail::describe(*impl_->table->get(key)));
+  return value;
+}
+
 std::vector<std::string> PluginConfig::keys() const {
   std::vector<std::string> out;
   for (const auto& [key, node] : impl_->ordered()) out.emplace_back(key->str());
@@ -391,8 +445,25 @@ void PluginConfig::reject_unread() const {
   impl_->collect_unread(unread);
   if (unread.empty()) return;
   const auto& [path, where] = unread.front();
-  throw ConfigError(where, "plugins." + plugin_name() + "." + path,
-                    "unknown key '" + path + "' for plugin '" + plugin_name() + "'");
+  // The keys this table's reader asked for, so a typo shows its likely intent.
+  std::string known;
+  for (const auto& read : impl_->shared->read) {
+    if (read.compare(0, impl_->prefix.size(), impl_->prefix) != 0) continue;
+    const std::string name = read.substr(impl_->prefix.size());
+    if (name.find('.') == std::string::npos) known += (known.empty() ? "" : ", ") + name;
+  }
+  throw ConfigError(where, impl_->shared->key_prefix + path,
+                    "unknown key '" + path + "' for " + (impl_->owner.empty() ? impl_->shared->owner : impl_->owner) +
+                        (known.empty() ? std::string() : "; it reads " + known));
+}
+
+std::string PluginConfig::full_key(std::string_view key) const { return impl_->full_key(key); }
+
+PluginConfig PluginConfig::owned_by(std::string owner) const {
+  // The same table and the same record of what was read: keys read through either view count for both.
+  auto impl = std::make_shared<Impl>(*impl_);
+  impl->owner = std::move(owner);
+  return PluginConfig(std::move(impl));
 }
 
 SourceLocation PluginConfig::where(std::string_view key) const {
@@ -402,6 +473,14 @@ SourceLocation PluginConfig::where(std::string_view key) const {
 
 void PluginConfig::fail(std::string_view key, std::string_view message) const {
   throw ConfigError(where(key), impl_->full_key(key), std::string(message));
+}
+
+PluginConfig toml_detail::make_section_config(toml::table table, const std::string& section, std::string file,
+                                              SourceLocation where) {
+  auto impl = make_impl(std::move(table), section, std::move(file), std::move(where));
+  impl->shared->key_prefix = section + ".";
+  impl->shared->owner = "[" + section + "]";
+  return PluginConfig(std::move(impl));
 }
 
 PluginConfig toml_detail::make_plugin_config(toml::table table, std::string plugin_name, std::string file,

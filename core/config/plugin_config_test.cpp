@@ -150,11 +150,11 @@ TEST_SUITE("config") {
   TEST_CASE("reject_unread reports the first unread key at its location") {
     const PluginConfig c = PluginConfig::from_toml("alpha = 1\n  tresh = 2\nsched = { stop = 2 }\n", "p", "p.toml");
     c.get<int>("alpha");
-    CHECK(error_of([&] { c.reject_unread(); }) == "p.toml:2:3: plugins.p.tresh: unknown key 'tresh' for plugin 'p'");
+    CHECK(error_of([&] { c.reject_unread(); }) == "p.toml:2:3: plugins.p.tresh: unknown key 'tresh' for plugin 'p'; it reads alpha");
     c.has("tresh");
     c.get<PluginConfig>("sched");
     CHECK(error_of([&] { c.reject_unread(); }) ==
-          "p.toml:3:11: plugins.p.sched.stop: unknown key 'sched.stop' for plugin 'p'");
+          "p.toml:3:11: plugins.p.sched.stop: unknown key 'sched.stop' for plugin 'p'; it reads alpha, sched, tresh");
     c.get<PluginConfig>("sched").get<int>("stop");
     CHECK_NOTHROW(c.reject_unread());
     CHECK_NOTHROW(PluginConfig().reject_unread());
@@ -233,7 +233,7 @@ TEST_SUITE("config") {
     CHECK(c.plugin_name() == "build/p.so");  // the original is unchanged
     CHECK(named.unread_keys() == std::vector<std::string>{"evry", "sub.y"});
     CHECK(error_of([&] { named.reject_unread(); }) ==
-          "r.toml:2:1: plugins.grad_clip.evry: unknown key 'evry' for plugin 'grad_clip'");
+          "r.toml:2:1: plugins.grad_clip.evry: unknown key 'evry' for plugin 'grad_clip'; it reads a, sub");
     const PluginConfig named_sub = sub.renamed("grad_clip");
     CHECK(error_of([&] { named_sub.get<std::string>("y"); }) ==
           "r.toml:3:20: plugins.grad_clip.sub.y: expected a string, got integer 2");

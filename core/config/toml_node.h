@@ -50,5 +50,9 @@ toml::table parse_table(std::string_view text, const std::string& file);
 
 /// A plugin's view over its table (moved in, so every node keeps its source location).
 PluginConfig make_plugin_config(toml::table table, std::string plugin_name, std::string file, SourceLocation where);
+/// A view of a run-config section ([trainer], [optimizer], ...): errors name keys "<section>.<key>" and unknown keys
+/// "for [<section>]" (owned_by changes the latter to the component that reads it).
+PluginConfig make_section_config(toml::table table, const std::string& section, std::string file,
+                                 SourceLocation where);
 
 }  // namespace baton::toml_detail

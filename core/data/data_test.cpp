@@ -5,6 +5,7 @@
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -232,16 +233,36 @@ TEST_SUITE("data") {
     CHECK(other_var == doctest::Approx(2.5).epsilon(0.15));
   }
 
-  TEST_CASE("gather_batch selects rows") {
+  TEST_CASE("a TensorDataset's get selects rows") {
     const TensorDataset d = make_synthetic_dataset(10, 3);
     const auto idx = at::empty({2}, at::kLong);
     idx[0] = 7;
     idx[1] = 2;
-    const Batch batch = gather_batch(d, idx);
+    const Batch batch = d.get(idx);
     CHECK(batch.size() == 2);
     CHECK(at::equal(batch.inputs[0], d.inputs[7]));
     CHECK(at::equal(batch.inputs[1], d.inputs[2]));
     CHECK(batch.targets[0].item<std::int64_t>() == d.targets[7].item<std::int64_t>());
+  }
+
+  TEST_CASE("a TensorDataset's spec: class indices make a classification, float targets a regression") {
+    TensorDataset images = make_synthetic_dataset(4, 1);
+    DataSpec spec = images.spec();
+    CHECK(spec.input_shape == std::vector<std::int64_t>{1, 28, 28});
+    CHECK(spec.target_shape.empty());
+    CHECK(spec.num_classes == 10);
+    CHECK(spec.output_size() == 10);
+    CHECK(spec.describe() == "1x28x28 inputs, 10 classes");
+
+    TensorDataset table;
+    table.inputs = at::zeros({5, 3});
+    table.targets = at::zeros({5, 2});
+    spec = table.spec();
+    CHECK(spec.input_shape == std::vector<std::int64_t>{3});
+    CHECK(spec.target_shape == std::vector<std::int64_t>{2});
+    CHECK_FALSE(spec.classification());
+    CHECK(spec.output_size() == 2);
+    CHECK(spec.describe() == "3 inputs, 2 regression targets");
   }
 
   TEST_CASE("the sampler visits every sample once per epoch, reproducibly from (seed, epoch)") {

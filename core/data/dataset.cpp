@@ -140,10 +140,4 @@ TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed, cons
   return data;
 }
 
-Batch gather_batch(const TensorDataset& data, const at::Tensor& indices) {
-  if (!data.inputs.defined() || !data.targets.defined())
-    throw Error("dataset '" + data.name + "': cannot gather a batch from an empty dataset");
-  return Batch{at::index_select(data.inputs, 0, indices), at::index_select(data.targets, 0, indices)};
-}
-
 }  // namespace baton

@@ -15,6 +15,7 @@
 #include <torch/version.h>
 
 #include "engine/engine.h"
+#include "baton/components.h"
 #include "baton/plugin_loader.h"
 
 namespace fs = std::filesystem;
@@ -154,7 +155,7 @@ TEST_SUITE("loader") {
     CHECK(contains(message, path + ": plugin info struct too small"));
     // sizeof: 2 x uint32 + 4 pointers + 2 ints + 1 function pointer = 8 + 32 + 8 + 8 on LP64; the fixture stops
     // before the function pointer.
-    CHECK(contains(message, "(48 bytes, expected 56)"));
+    CHECK(contains(message, "(48 bytes, expected at least 56)"));
   }
 
   TEST_CASE("a plugin built for another SDK ABI version is refused with both numbers") {
@@ -256,6 +257,46 @@ TEST_SUITE("loader") {
     CHECK(logger.metrics[2] == std::make_pair(std::string("fixture_good/calls"), 3.0));
   }
 
+  TEST_CASE("a plugin built before register_components was appended to the info struct loads as before") {
+    LoadedPlugin loaded = PluginLoader().load(fixture("fixture_first_abi3_struct"), PluginConfig());
+    CHECK(loaded.info.kind == "algorithm");
+    CHECK(loaded.algorithm != nullptr);
+  }
+
+  TEST_CASE("a components library registers its components once, stamped with its file and version") {
+    const std::string path = fixture("fixture_components");
+    CHECK(baton::components().models.find("fixture_linear") == nullptr);
+    LoadedPlugin loaded = PluginLoader().load(path, PluginConfig::from_toml("", "fixture_components"));
+    CHECK(loaded.info.kind == "components");
+    CHECK(loaded.plugin == nullptr);
+    CHECK(loaded.algorithm == nullptr);
+    CHECK(loaded.callback == nullptr);
+    const auto* model = baton::components().models.find("fixture_linear");
+    REQUIRE(model != nullptr);
+    CHECK(model->origin.library == path);
+    CHECK(model->origin.version == "1.2.3");
+    CHECK(model->description == "a linear map of the flattened input");
+    REQUIRE(baton::components().datasets.find("fixture_points") != nullptr);
+    // The factory is the library's code and works through the registry.
+    baton::DataSpec spec;
+    spec.input_shape = {2};
+    spec.num_classes = 2;
+    auto module = model->factory(PluginConfig(), spec);
+    CHECK(module.ptr()->parameters().size() == 2);
+    // Loading it again (a second run in the same process) registers nothing twice.
+    CHECK_NOTHROW(PluginLoader().load(path, PluginConfig()));
+    CHECK_NOTHROW(PluginLoader().register_components(path));
+    // It reads no keys, so any key in its table is unknown.
+    const PluginConfig with_key = PluginConfig::from_toml("depth = 3", "fixture_components", "run.toml");
+    try {
+      PluginLoader().load(path, with_key);
+      FAIL("no error for a key of a components library");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) ==
+            "run.toml:1:1: plugins.fixture_components.depth: unknown key 'depth' for plugin 'fixture_components'");
+    }
+  }
+
   TEST_CASE("fixture_good keeps its count in state_dict and restores it") {
     PluginLoader loader;
     const std::string path = fixture("fixture_good");
@@ -308,7 +349,8 @@ TEST_SUITE("loader") {
       FAIL("the misspelt key was accepted");
     } catch (const ConfigError& e) {
       CHECK(std::string(e.what()) ==
-            "run.toml:2:1: plugins.fixture_good.threshhold: unknown key 'threshhold' for plugin 'fixture_good'");
+            "run.toml:2:1: plugins.fixture_good.threshhold: unknown key 'threshhold' for plugin 'fixture_good'; it reads "
+            "threshold");
     }
   }
 
@@ -369,6 +411,9 @@ TEST_SUITE("loader") {
     REQUIRE(callback != nullptr);
     CHECK(callback->version == "0.4.0");
     CHECK(callback->kind == "callback");
+    const PluginInfo* library = find_info(infos, "fixture_components");
+    REQUIRE(library != nullptr);
+    CHECK(library->kind == "components");
     // Inspection creates nothing, so a plugin whose factory throws is still listed.
     CHECK(find_info(infos, "fixture_throws") != nullptr);
     CHECK(find_info(infos, "fixture_event_throws") != nullptr);

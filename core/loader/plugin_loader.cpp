@@ -15,12 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <system_error>
 #include <utility>
 
 #include <boost/dll/shared_library.hpp>
 #include <torch/version.h>
+
+#include "baton/components.h"
 
 namespace baton {
 namespace {
@@ -37,6 +40,8 @@ std::string kind_name(int kind) {
       return "algorithm";
     case BATON_PLUGIN_CALLBACK:
       return "callback";
+    case BATON_PLUGIN_COMPONENTS:
+      return "components";
     default:
       return "";
   }
@@ -135,6 +140,14 @@ const baton_plugin_info* read_entry(Library& library, const std::string& path) {
   return raw;
 }
 
+// ABI 3 as first released ended with `create`; register_components was appended after it.
+constexpr std::size_t kFirstInfoSize = offsetof(baton_plugin_info, register_components);
+
+// The registration function, when the plugin was built with a struct that has it.
+auto registration_of(const baton_plugin_info& raw) -> decltype(raw.register_components) {
+  return raw.struct_size >= sizeof(baton_plugin_info) ? raw.register_components : nullptr;
+}
+
 // Checks in the order the fields can be trusted: the size and ABI version first (their offsets never change),
 // then the fields whose meaning depends on them.
 void check_info(const baton_plugin_info& raw, const std::string& path) {
@@ -146,9 +159,9 @@ void check_info(const baton_plugin_info& raw, const std::string& path) {
     throw PluginError(path + ": plugin ABI version mismatch: got " + std::to_string(raw.abi_version) +
                       ", supported " + std::to_string(BATON_PLUGIN_ABI_VERSION) +
                       " (rebuild the plugin against this baton's SDK)");
-  if (raw.struct_size < sizeof(baton_plugin_info))
+  if (raw.struct_size < kFirstInfoSize)
     throw PluginError(path + ": plugin info struct too small (" + std::to_string(raw.struct_size) +
-                      " bytes, expected " + std::to_string(sizeof(baton_plugin_info)) + ")");
+                      " bytes, expected at least " + std::to_string(kFirstInfoSize) + ")");
   if (!raw.name || !*raw.name) throw PluginError(path + ": the plugin info has no name");
 
   const std::string torch = or_empty(raw.torch_version);
@@ -164,8 +177,14 @@ void check_info(const baton_plugin_info& raw, const std::string& path) {
   if (kind_name(raw.kind).empty())
     throw PluginError(path + ": invalid plugin kind " + std::to_string(raw.kind) + " (expected " +
                       std::to_string(BATON_PLUGIN_ALGORITHM) + " for an algorithm or " +
-                      std::to_string(BATON_PLUGIN_CALLBACK) + " for a callback)");
-  if (!raw.create) throw PluginError(path + ": plugin '" + raw.name + "' has no create function (null)");
+                      std::to_string(BATON_PLUGIN_CALLBACK) + " for a callback, " +
+                      std::to_string(BATON_PLUGIN_COMPONENTS) + " for a components library)");
+  if (raw.kind == BATON_PLUGIN_COMPONENTS) {
+    if (!registration_of(raw))
+      throw PluginError(path + ": components library '" + raw.name + "' has no register_components function (null)");
+  } else if (!raw.create) {
+    throw PluginError(path + ": plugin '" + raw.name + "' has no create function (null)");
+  }
 }
 
 PluginInfo copy_info(const baton_plugin_info& raw, const std::string& path) {
@@ -232,6 +251,27 @@ std::shared_ptr<Plugin> create_object(const OpenedPlugin& opened, const PluginCo
   }
   if (!raw) throw PluginError("plugin '" + name + "' (" + path + "): create() returned no object (null)");
   return std::shared_ptr<Plugin>(raw, PluginDeleter{opened.library});
+}
+
+// Runs a library's registration function once per file, with the registries stamping what it adds with the file,
+// its version and a handle that keeps the library loaded as long as its factories may be called.
+void register_once(const OpenedPlugin& opened) {
+  const auto registration = registration_of(*opened.raw);
+  if (!registration) return;
+  static std::mutex mutex;
+  static std::set<std::string> registered;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!registered.insert(opened.info.path).second) return;
+  const std::string where = "plugin '" + opened.info.name + "' (" + opened.info.path + ")";
+  try {
+    Components& registries = components();  // built (with the built-ins) before the library's origin is set
+    ComponentOriginScope scope(ComponentOrigin{opened.info.path, opened.info.version, opened.library});
+    registration(registries);
+  } catch (const std::exception& e) {
+    throw PluginError(where + " failed to register its components: " + e.what());
+  } catch (...) {
+    throw PluginError(where + " failed to register its components: it threw something that is not a std::exception");
+  }
 }
 
 std::vector<std::string> split_path_list(const char* list) {
@@ -308,12 +348,23 @@ std::string PluginLoader::resolve(const std::string& name) const {
 
 PluginInfo PluginLoader::inspect(const std::string& path) const { return open_plugin(path, options_).info; }
 
+void PluginLoader::register_components(const std::string& path) const { register_once(open_plugin(path, options_)); }
+
 LoadedPlugin PluginLoader::load(const std::string& path, const PluginConfig& config) const {
   OpenedPlugin opened = open_plugin(path, options_);
   // A plugin given by path is known to the config only by its file; its errors should name the plugin.
   const PluginConfig named =
       config.plugin_name() == opened.info.name ? config : config.renamed(opened.info.name);
+  register_once(opened);
   LoadedPlugin loaded;
+  if (opened.info.kind == "components") {
+    // Nothing to create: the library's components are in the registries now. It reads no keys, so any key in its
+    // [[plugins]] table is reported as unknown.
+    loaded.info = std::move(opened.info);
+    loaded.id = loaded.info.name;
+    named.reject_unread();
+    return loaded;
+  }
   loaded.plugin = create_object(opened, named);
   loaded.info = std::move(opened.info);
   loaded.id = loaded.info.name;

@@ -1,7 +1,10 @@
 #include "baton_test.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
 
@@ -70,6 +73,30 @@ TEST_SUITE("models") {
     CHECK(shapes.at("classifier.0.weight") == std::vector<std::int64_t>{128, 4 * 3 * 3});
     CHECK(shapes.at("classifier.2.weight") == std::vector<std::int64_t>{10, 128});
     CHECK(conv.forward(at::zeros({2, 1, 28, 28})).sizes().vec() == std::vector<std::int64_t>{2, 10});
+  }
+
+  TEST_CASE("dropout: the same parameter names; identity in evaluation, zeroes a share of the hidden units in training") {
+    for (const auto& name : {"mlp", "convnet"}) {
+      CAPTURE(name);
+      at::manual_seed(7);
+      auto plain = make_model(spec_named(name, {16, 8}));
+      at::manual_seed(7);
+      ModelSpec spec = spec_named(name, {16, 8});
+      spec.dropout = 0.5;
+      auto dropped = make_model(spec);
+      CHECK(parameter_shapes(plain) == parameter_shapes(dropped));
+      const at::Tensor x = at::randn({4, 1, 28, 28});
+      plain.ptr()->eval();
+      dropped.ptr()->eval();
+      CHECK(at::equal(plain.forward(x), dropped.forward(x)));
+      dropped.ptr()->train();
+      plain.ptr()->train();
+      // With half the hidden units of each row dropped (and the rest doubled) the outputs differ.
+      CHECK_FALSE(at::allclose(plain.forward(x), dropped.forward(x)));
+    }
+    ModelSpec bad = spec_named("mlp");
+    bad.dropout = 1.0;
+    CHECK_THROWS_AS(make_model(bad), Error);
   }
 
   TEST_CASE("the convnet's BatchNorm statistics are buffers") {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <c10/core/GradMode.h>
@@ -20,7 +21,7 @@
 namespace baton {
 
 Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-                     torch::nn::AnyModule& model, const TensorDataset& data, LossFunction loss)
+                     torch::nn::AnyModule& model, const Dataset& data, LossFunction loss)
     : state_(state),
       engine_(engine),
       logger_(logger),
@@ -44,6 +45,7 @@ EvalResult Evaluator::pass(const std::string& label) {
   auto started = std::chrono::steady_clock::now();
   double loss_sum = 0;
   std::int64_t correct = 0, seen = 0;
+  const bool classes = data_.spec().classification();
   {
     c10::NoGradGuard no_grad;
     // Each rank evaluates its contiguous share; the sums are reduced below.
@@ -51,8 +53,9 @@ EvalResult Evaluator::pass(const std::string& label) {
     const std::int64_t n = data_.size() * (options_.rank + 1) / options_.world_size;
     for (std::int64_t begin = first; begin < n; begin += options_.eval_batch_size) {
       const std::int64_t end = std::min(n, begin + options_.eval_batch_size);
-      state_.batch.inputs = data_.inputs.slice(0, begin, end).to(device);
-      state_.batch.targets = data_.targets.slice(0, begin, end).to(device);
+      const Batch batch = data_.get(at::arange(begin, end, at::kLong));
+      state_.batch.inputs = batch.inputs.to(device);
+      state_.batch.targets = batch.targets.to(device);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
       {
@@ -66,7 +69,7 @@ EvalResult Evaluator::pass(const std::string& label) {
         batch_loss = loss_(state_.outputs, state_.batch.targets).item<double>();
       }
       loss_sum += batch_loss * static_cast<double>(end - begin);
-      correct += count_correct(state_.outputs, state_.batch.targets);
+      if (classes) correct += count_correct(state_.outputs, state_.batch.targets);
       seen += end - begin;
       engine_.fire(Event::eval_batch_end);
       state_.clear_step_data();
@@ -109,20 +112,24 @@ std::vector<EvalResult> Evaluator::run() {
   return results;
 }
 
-PredictResult Evaluator::predict(const TensorDataset& data) {
+PredictResult Evaluator::predict(const Dataset& data) {
   at::Device device(options_.device);
   const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
   engine_.fire(Event::predict_start);
   const bool was_training = module.is_training();
   module.eval();
-  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> outputs, targets;
   {
     c10::NoGradGuard no_grad;
     for (std::int64_t begin = 0; begin < data.size(); begin += options_.eval_batch_size) {
       const std::int64_t end = std::min(data.size(), begin + options_.eval_batch_size);
-      state_.batch.inputs = data.inputs.slice(0, begin, end).to(device);
-      if (data.targets.defined()) state_.batch.targets = data.targets.slice(0, begin, end).to(device);
+      const Batch batch = data.get(at::arange(begin, end, at::kLong));
+      state_.batch.inputs = batch.inputs.to(device);
+      if (batch.targets.defined()) {
+        state_.batch.targets = batch.targets.to(device);
+        targets.push_back(batch.targets);
+      }
       engine_.fire(Event::predict_batch_start);
       engine_.fire(Event::predict_before_forward);
       {
@@ -142,6 +149,7 @@ PredictResult Evaluator::predict(const TensorDataset& data) {
   engine_.fire(Event::predict_end);
   PredictResult result;
   if (!outputs.empty()) result.outputs = at::cat(outputs);
+  if (!targets.empty() && targets.size() == outputs.size()) result.targets = at::cat(targets);
   // Class scores [N, C]: the predicted class is their argmax, as accuracy counts it.
   if (result.outputs.defined() && result.outputs.dim() == 2) result.predictions = at::argmax(result.outputs, 1);
   return result;

@@ -14,12 +14,10 @@ namespace baton {
 class Engine;
 class RunLogger;
 
-using LossFunction = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
-
 class Evaluator {
  public:
   Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-            torch::nn::AnyModule& model, const TensorDataset& data, LossFunction loss);
+            torch::nn::AnyModule& model, const Dataset& data, LossFunction loss);
 
   bool has_data() const { return data_.size() > 0; }
   /// Every pass of State::eval_labels; one result per pass.
@@ -27,7 +25,7 @@ class Evaluator {
   /// Runs the model over `data` (eval_batch_size at a time) as predict_start, per batch predict_batch_start …
   /// predict_batch_end with the batch and its outputs on State, then predict_end. Every rank predicts the whole
   /// set, so a plugin's collectives (a sharded EMA's swap) stay in step.
-  PredictResult predict(const TensorDataset& data);
+  PredictResult predict(const Dataset& data);
   /// run() at a point of training, kept in the history (with every metric plugins logged during it).
   void run_in_fit();
   /// The batch count of the last evaluation in fit, -1 before any.
@@ -45,7 +43,7 @@ class Evaluator {
   RunLogger& logger_;
   const TrainerOptions& options_;
   torch::nn::AnyModule& model_;
-  const TensorDataset& data_;
+  const Dataset& data_;
   LossFunction loss_;
   std::vector<EvalRecord> history_;
   std::int64_t last_batch_ = -1;

@@ -69,14 +69,17 @@ TEST_CASE("predict's outputs are the model's forward pass and its predictions th
   spec.widths = {16};
   auto model = baton::make_model(spec);
   model.ptr()->eval();
+  const baton::TensorDataset eval_set = baton::make_synthetic_dataset(50, 8);  // make_trainer's evaluation set
+  REQUIRE(trainer->eval_set().size() == eval_set.size());
   at::Tensor direct;
   {
     c10::NoGradGuard no_grad;
-    direct = model.forward(trainer->eval_set().inputs);
+    direct = model.forward(eval_set.inputs);
   }
   CHECK(at::allclose(result.outputs, direct, 1e-5, 1e-6));
   REQUIRE(result.outputs.dim() == 2);
-  CHECK(result.outputs.size(1) == trainer->eval_set().num_classes);
+  CHECK(result.outputs.size(1) == trainer->eval_set().spec().num_classes);
+  CHECK(at::equal(result.targets, eval_set.targets));
   CHECK(at::equal(result.predictions, at::argmax(result.outputs, 1)));
   // Predicting again with doubled inputs changes the outputs: the inputs are read back from State.
   auto doubled = baton::test::make_trainer(baton::test::quiet_options(), "mlp");
@@ -84,7 +87,7 @@ TEST_CASE("predict's outputs are the model's forward pass and its predictions th
   auto twice = doubled->predict();
   CHECK_FALSE(at::allclose(twice.outputs, result.outputs));
   // The same trainer predicting on a dataset made of the doubled inputs gives exactly those outputs.
-  baton::TensorDataset doubled_set = trainer->eval_set();
+  baton::TensorDataset doubled_set = eval_set;
   doubled_set.inputs = doubled_set.inputs * 2;
   auto again = baton::test::make_trainer(baton::test::quiet_options(), "mlp");
   auto on_set = again->predict(doubled_set);

@@ -18,13 +18,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
+#include <torch/optim/optimizer.h>
 
-#include "baton/builtin_datasets.h"
 #include "baton/communicator.h"
-#include "baton/models.h"
+#include "baton/components.h"
+#include "components/build.h"
 
 namespace fs = std::filesystem;
 
@@ -53,32 +51,6 @@ void keep_freed_memory() {
 #endif
 }
 
-std::shared_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSection& o,
-                                                        const std::vector<at::Tensor>& parameters) {
-  if (o.name == "sgd")
-    return std::make_shared<torch::optim::SGD>(
-        parameters, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
-  if (o.name == "adam")
-    return std::make_shared<torch::optim::Adam>(parameters, torch::optim::AdamOptions(o.lr)
-                                                                .betas({o.beta1, o.beta2})
-                                                                .eps(o.eps)
-                                                                .weight_decay(o.weight_decay));
-  if (o.name == "adamw")
-    return std::make_shared<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(o.lr)
-                                                                 .betas({o.beta1, o.beta2})
-                                                                 .eps(o.eps)
-                                                                 .weight_decay(o.weight_decay));
-  throw Error("unknown optimizer '" + o.name + "'");  // the config check makes this unreachable from TOML
-}
-
-std::pair<TensorDataset, TensorDataset> load_data(const DataSection& d, std::uint64_t seed) {
-  if (d.dataset == "synthetic")
-    return {make_synthetic_dataset(d.synthetic_train_size, seed, "synthetic/train"),
-            make_synthetic_dataset(d.synthetic_eval_size, seed + 1, "synthetic/eval")};
-  return {load_idx_dataset(d.path, /*train=*/true, d.train_subset, d.dataset),
-          load_idx_dataset(d.path, /*train=*/false, d.eval_subset, d.dataset)};
-}
-
 std::string read_config_text(const RunConfig& config) {
   std::ifstream in(config.source);
   std::stringstream text;
@@ -90,50 +62,9 @@ std::string count_text(std::int64_t n, const std::string& what) {
   return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
 
-std::int64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
-}
-
-// The training samples the config's dataset holds, reading only file headers; a missing folder or file is an
-// error at data.path.
-std::int64_t training_samples(const RunConfig& config) {
-  const DataSection& d = config.data;
-  if (d.dataset == "synthetic") {
-    // 1x28x28 float32 inputs: a size that cannot fit in memory fails here rather than in an allocation.
-    constexpr std::int64_t kSampleBytes = 28 * 28 * 4;
-    const std::int64_t memory = physical_memory_bytes();
-    for (const auto& [key, size] : {std::pair<std::string, std::int64_t>{"data.synthetic_train_size",
-                                                                          d.synthetic_train_size},
-                                    {"data.synthetic_eval_size", d.synthetic_eval_size}})
-      if (memory > 0 && size > memory / kSampleBytes)
-        throw ConfigError(config.where(key), key,
-                          "expected at most " + std::to_string(memory / kSampleBytes) + " (the samples that fit in "
-                          "this machine's " + std::to_string(memory >> 20) + " MiB of memory), got " +
-                          std::to_string(size));
-    return d.synthetic_train_size;
-  }
-  std::error_code ec;
-  if (!fs::is_directory(d.path, ec))
-    throw ConfigError(config.where("data.path"), "data.path",
-                      "no such folder: '" + d.path + "' (the " + d.dataset + " IDX files go there; Debian's "
-                      "dataset-" + d.dataset + " package installs them in /usr/share/datasets/" + d.dataset + ")");
-  try {
-    idx_dataset_size(d.path, /*train=*/false, d.eval_subset);
-    return idx_dataset_size(d.path, /*train=*/true, d.train_subset);
-  } catch (const Error& e) {
-    throw ConfigError(config.where("data.path"), "data.path", e.what());
-  }
-}
-
 }  // namespace
 
-void check_against_data_and_machine(const RunConfig& config) {
-  const std::int64_t samples = training_samples(config);
-  if (config.data.batch_size > samples)
-    throw ConfigError(config.where("data.batch_size"), "data.batch_size",
-                      "expected at most the " + count_text(samples, "training sample") + " of " +
-                          config.data.dataset + ", got " + std::to_string(config.data.batch_size));
+void check_machine(const RunConfig& config) {
   const std::int64_t cores = std::max(1u, std::thread::hardware_concurrency());
   if (config.trainer.threads > cores)
     throw ConfigError(config.where("trainer.threads"), "trainer.threads",
@@ -156,22 +87,31 @@ void check_against_data_and_machine(const RunConfig& config) {
   }
 }
 
-std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& scheduler) {
-  if (scheduler.name == "constant" && scheduler.warmup.value() == 0) return nullptr;
-  bool cosine = scheduler.name == "cosine";
-  Time warmup = scheduler.warmup;
-  double floor = scheduler.min_lr_ratio;
-  return [cosine, warmup, floor](const Progress& p) {
-    std::int64_t now = p.now.batch;
-    std::int64_t warm = warmup.value() == 0 ? 0 : p.to_batches(warmup);
-    // Linear warmup to the full rate over `warm` batches: batch b (0-based) trains at (b + 1) / warm.
-    if (now < warm) return static_cast<double>(now + 1) / static_cast<double>(warm);
-    if (!cosine) return 1.0;
-    std::int64_t total = p.to_batches(p.max_duration);
-    if (total <= warm) return 1.0;
-    double t = static_cast<double>(now - warm) / static_cast<double>(total - warm);
-    return floor + (1.0 - floor) * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t)));
-  };
+BuiltComponents build_components(const RunConfig& config, bool need_train) {
+  const Components& registry = components();
+  BuiltComponents built;
+  DatasetContext context;
+  context.seed = static_cast<std::uint64_t>(config.run.seed);
+  context.need_train = need_train;
+  built.data = build_component(registry.datasets, config.data, "data", config, context);
+  if (need_train && !built.data.train)
+    throw ConfigError(config.where("data.name"), "data.name",
+                      "dataset '" + config.data.name + "' gave no training split");
+  if (!built.data.eval) built.data.eval = std::make_shared<TensorDataset>();
+  const Dataset& reference = need_train ? *built.data.train : *built.data.eval;
+  const DataSpec spec = reference.spec();
+  if (need_train && config.data.batch_size > built.data.train->size())
+    throw ConfigError(config.where("data.batch_size"), "data.batch_size",
+                      "expected at most the " + count_text(built.data.train->size(), "training sample") + " of " +
+                          config.data.name + ", got " + std::to_string(config.data.batch_size));
+  built.model = build_component(registry.models, config.model, "model", config, spec);
+  built.optimizer = build_component(registry.optimizers, config.optimizer, "optimizer", config,
+                                    built.model.ptr()->parameters());
+  built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler", config);
+  ComponentSection loss = config.loss;
+  if (loss.name.empty()) loss.name = spec.classification() ? "cross_entropy" : "mse";
+  built.loss = build_component(registry.losses, loss, "loss", config, spec);
+  return built;
 }
 
 PluginEntryError::PluginEntryError(const PluginEntry& entry, const std::string& reason)
@@ -210,7 +150,7 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
 }
 
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
-  check_against_data_and_machine(config);
+  check_machine(config);
   auto run = std::make_unique<Run>();
   run->config = config;
   // torchrun's variables (set by `baton launch`) make this process one rank of a data-parallel run.
@@ -235,15 +175,9 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
 
+  // Plugins first: a plugin library may register the components the sections below name.
   run->plugins = load_plugins(config, options.allow_insecure_plugins);
-
-  auto [train, eval] = load_data(config.data, static_cast<std::uint64_t>(config.run.seed));
-
-  ModelSpec spec;
-  spec.name = config.model.name;
-  spec.widths = config.model.widths;
-  torch::nn::AnyModule model = make_model(spec);
-  auto optimizer = make_optimizer(config.optimizer, model.ptr()->parameters());
+  BuiltComponents built = build_components(config);
 
   TrainerOptions t;
   t.max_duration = config.trainer.max_duration;
@@ -269,13 +203,15 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.log_interval = config.trainer.log_interval;
   t.microbatch_size = config.trainer.microbatch_size;
   t.precision = config.trainer.precision;
-  t.lr_schedule = make_lr_schedule(config.scheduler);
+  t.lr_schedule = std::move(built.schedule);
+  t.loss = std::move(built.loss);
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
 
-  run->trainer = std::make_unique<Trainer>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
-                                           std::move(t));
-  for (const auto& plugin : run->plugins) run->trainer->add_plugin(plugin.id, plugin.plugin);
+  run->trainer = std::make_unique<Trainer>(std::move(built.model), std::move(built.optimizer),
+                                           std::move(built.data.train), std::move(built.data.eval), std::move(t));
+  for (const auto& plugin : run->plugins)
+    if (plugin.plugin) run->trainer->add_plugin(plugin.id, plugin.plugin);  // a components library has no object
   return run;
 }
 

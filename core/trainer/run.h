@@ -46,16 +46,28 @@ class PluginEntryError : public PluginError {
 /// PluginEntryError, or the ConfigError of a plugin's own key.
 std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure);
 
-/// Checks what parsing alone cannot: the dataset folder and its files, data.batch_size against the training
-/// samples, synthetic sizes against this machine's memory, trainer.threads against its cores and trainer.device
-/// against the CUDA devices LibTorch sees. Throws ConfigError at the key. `baton check` and build_run call it, so
-/// check refuses what train would fail on.
-void check_against_data_and_machine(const RunConfig& config);
+/// Checks what parsing alone cannot about the machine: trainer.threads against its cores and trainer.device
+/// against the CUDA devices LibTorch sees. Throws ConfigError at the key.
+void check_machine(const RunConfig& config);
+
+/// The run's components, built from their sections through the registries (baton/components.h).
+struct BuiltComponents {
+  DatasetSplits data;  // eval is never null (an empty dataset when the dataset has no evaluation split)
+  torch::nn::AnyModule model;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  LrSchedule schedule;  // null: the optimizer's lr throughout
+  LossFunction loss;
+};
+
+/// Builds the dataset, model (shaped by the data), optimizer, schedule and loss of the config, each checking its
+/// own keys (ConfigError at the key: an unknown name, a bad value, a key the component does not read, a missing
+/// dataset folder, data.batch_size above the training samples). The config's plugins must be loaded first
+/// (load_plugins), since a plugin library may register what a section names. `need_train` false skips the
+/// training split (evaluation and prediction). `baton check` and build_run call it, so check refuses what train
+/// would fail on.
+BuiltComponents build_components(const RunConfig& config, bool need_train = true);
 
 /// Builds everything. Throws ConfigError, PluginError or Error with a clear message.
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options);
-
-/// The learning-rate multiplier of the [scheduler] section, as a function of progress (null for constant).
-std::function<double(const Progress&)> make_lr_schedule(const SchedulerSection& scheduler);
 
 }  // namespace baton

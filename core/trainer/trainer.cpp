@@ -60,6 +60,14 @@ std::vector<double> initial_lrs(torch::optim::Optimizer& optimizer) {
   return lrs;
 }
 
+// Classes: cross entropy; values: mean squared error (the registered losses, so a plugin cannot shadow them).
+LossFunction default_loss_for(const DataSpec& spec) {
+  const std::string name = spec.classification() ? "cross_entropy" : "mse";
+  const auto* entry = components().losses.find(name);
+  if (entry == nullptr) throw Error("the built-in loss '" + name + "' is not registered");
+  return entry->factory(PluginConfig(), spec);
+}
+
 Precision checked_precision(const TrainerOptions& options) {
   const Precision precision = parse_precision(options.precision);
   const std::string problem = precision_problem(precision, options.device);
@@ -75,15 +83,15 @@ void install_stop_signal_handlers() {
 }
 
 struct Trainer::Impl {
-  Impl(torch::nn::AnyModule model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in, TensorDataset train_in,
-       TensorDataset eval_in, TrainerOptions options_in)
+  Impl(torch::nn::AnyModule model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
+       std::shared_ptr<const Dataset> train_in, std::shared_ptr<const Dataset> eval_in, TrainerOptions options_in)
       : options(std::move(options_in)),
         model(std::move(model_in)),
         module(model.ptr()),
         optimizer(optimizer_in ? std::move(optimizer_in) : throw Error("the trainer needs an optimizer")),
-        train(std::move(train_in)),
-        eval(std::move(eval_in)),
-        sampler(SamplerOptions{train.size(), options.batch_size, /*shuffle=*/true, /*drop_last=*/false,
+        train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
+        eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
+        sampler(SamplerOptions{train->size(), options.batch_size, /*shuffle=*/true, /*drop_last=*/false,
                                options.seed, options.rank, options.world_size}),
         logger(state, logger_options()),
         engine(state, logger),
@@ -92,9 +100,9 @@ struct Trainer::Impl {
         device_type(at::Device(options.device).type()),
         scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
         checkpoints(state, engine, logger, options, *module, *optimizer, plugins, base_lrs, scaler.get()),
-        loss(options.loss ? options.loss : LossFunction(&default_loss)),
-        evaluator(state, engine, logger, options, model, eval, loss),
-        schedule(options.eval_interval, options.save_interval, eval.size() > 0, checkpoints.has_store()),
+        loss(options.loss ? options.loss : default_loss_for(train->spec())),
+        evaluator(state, engine, logger, options, model, *eval, loss),
+        schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
         model_export(run_failed),
         plot(evaluator.history()) {
     state.device = options.device;
@@ -241,7 +249,7 @@ struct Trainer::Impl {
     fire(Event::before_dataloader);
     std::int64_t drawn = 0;  // time counts the samples drawn, whatever a plugin makes of the batch on State
     {
-      Batch batch = gather_batch(train, sampler.batch_indices(now.epoch, now.batch_in_epoch));
+      Batch batch = train->get(sampler.batch_indices(now.epoch, now.batch_in_epoch));
       drawn = batch.size();
       state.batch = Batch{batch.inputs.to(device), batch.targets.to(device)};
     }
@@ -361,7 +369,7 @@ struct Trainer::Impl {
   // --- the run -------------------------------------------------------------------------------------------------
 
   FitResult fit() {
-    if (train.size() == 0) throw Error("the training set is empty");
+    if (train->size() == 0) throw Error("the training set is empty");
     const auto started = std::chrono::steady_clock::now();
     std::exception_ptr failure;
     try {
@@ -441,7 +449,7 @@ struct Trainer::Impl {
     return results;
   }
 
-  PredictResult predict(const TensorDataset& data, const std::string& checkpoint) {
+  PredictResult predict(const Dataset& data, const std::string& checkpoint) {
     std::exception_ptr failure;
     PredictResult result;
     try {
@@ -460,8 +468,8 @@ struct Trainer::Impl {
   torch::nn::AnyModule model;
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<torch::optim::Optimizer> optimizer;
-  TensorDataset train;
-  TensorDataset eval;
+  std::shared_ptr<const Dataset> train;
+  std::shared_ptr<const Dataset> eval;
   BatchSampler sampler;
   State state;
   PluginList plugins;
@@ -485,10 +493,15 @@ struct Trainer::Impl {
   std::string external_stop_reason;
 };
 
-Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
-                 TensorDataset eval, TrainerOptions options)
+Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                 std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
                                    with_process_group(std::move(options)))) {}
+
+Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+                 TensorDataset eval, TrainerOptions options)
+    : Trainer(std::move(model), std::move(optimizer), std::make_shared<TensorDataset>(std::move(train)),
+              std::make_shared<TensorDataset>(std::move(eval)), std::move(options)) {}
 
 Trainer::~Trainer() = default;
 
@@ -506,9 +519,9 @@ std::vector<EvalResult> Trainer::evaluate_standalone(const std::string& checkpoi
   return impl_->evaluate_standalone(checkpoint);
 }
 
-PredictResult Trainer::predict(const std::string& checkpoint) { return impl_->predict(impl_->eval, checkpoint); }
+PredictResult Trainer::predict(const std::string& checkpoint) { return impl_->predict(*impl_->eval, checkpoint); }
 
-PredictResult Trainer::predict(const TensorDataset& data, const std::string& checkpoint) {
+PredictResult Trainer::predict(const Dataset& data, const std::string& checkpoint) {
   return impl_->predict(data, checkpoint);
 }
 
@@ -517,8 +530,8 @@ void Trainer::request_stop(std::string reason) {
   impl_->external_stop.store(true);
 }
 
-const TensorDataset& Trainer::train_set() const { return impl_->train; }
-const TensorDataset& Trainer::eval_set() const { return impl_->eval; }
+const Dataset& Trainer::train_set() const { return *impl_->train; }
+const Dataset& Trainer::eval_set() const { return *impl_->eval; }
 State& Trainer::state() { return impl_->state; }
 Logger& Trainer::logger() { return impl_->logger; }
 torch::nn::Module& Trainer::model() { return *impl_->module; }

@@ -329,28 +329,4 @@ TEST_SUITE("trainer") {
     REQUIRE(result.evals.size() == 1);
     CHECK(result.evals[0].metrics.count("eval/accuracy") == 1);
   }
-
-  TEST_CASE("cosine schedule with linear warmup, checked against hand-computed values") {
-    baton::SchedulerSection s;
-    s.name = "cosine";
-    s.warmup = Time(2, TimeUnit::batch);
-    s.min_lr_ratio = 0.0;
-    auto schedule = baton::make_lr_schedule(s);
-    REQUIRE(schedule);
-    baton::Progress p;
-    p.max_duration = Time(10, TimeUnit::batch);
-    p.batches_per_epoch = 5;
-    p.samples_per_epoch = 160;
-    auto at_batch = [&](std::int64_t b) {
-      p.now.batch = b;
-      return schedule(p);
-    };
-    CHECK(at_batch(0) == doctest::Approx(0.5));
-    CHECK(at_batch(1) == doctest::Approx(1.0));
-    CHECK(at_batch(2) == doctest::Approx(1.0));                            // cos(0)
-    CHECK(at_batch(6) == doctest::Approx(0.5));                            // halfway: (1 + cos(pi/2)) / 2
-    CHECK(at_batch(4) == doctest::Approx(0.5 * (1 + std::cos(M_PI / 4))));  // a quarter of the way
-    baton::SchedulerSection constant;
-    CHECK_FALSE(baton::make_lr_schedule(constant));
-  }
 }

@@ -28,7 +28,4 @@ BATON_API std::int64_t idx_dataset_size(const std::string& folder, bool train, s
 BATON_API TensorDataset make_synthetic_dataset(std::int64_t size, std::uint64_t seed,
                                                const std::string& name = "synthetic");
 
-/// The rows `indices` (int64 [B]) of a dataset.
-BATON_API Batch gather_batch(const TensorDataset& data, const at::Tensor& indices);
-
 }  // namespace baton

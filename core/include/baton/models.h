@@ -1,8 +1,10 @@
 #pragma once
-// The built-in models. Both map float32 [N, 1, 28, 28] images to [N, num_classes] logits.
-//   mlp     — flatten, Linear+ReLU per hidden width, Linear.
-//   convnet — per width: Conv3x3 (no bias) + BatchNorm + ReLU + MaxPool2; then Linear(128)+ReLU, Linear.
-//             BatchNorm's running stats and num_batches_tracked are buffers, so checkpoints must carry buffers.
+// The built-in models (also registered as components "mlp" and "convnet", their shapes taken from the dataset).
+//   mlp     — flatten, Linear+ReLU per hidden width, Linear: any input shape.
+//   convnet — per width: Conv3x3 (no bias) + BatchNorm + ReLU + MaxPool2; then Linear(128)+ReLU, Linear: inputs
+//             [N, C, H, W]. BatchNorm's running stats and num_batches_tracked are buffers, so checkpoints must
+//             carry buffers.
+// Both end in `outputs` values per sample: class logits, or regressed values.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,9 +18,9 @@ namespace baton {
 struct BATON_API ModelSpec {
   std::string name = "convnet";       // mlp | convnet
   std::vector<std::int64_t> widths;   // empty: the model's default (mlp {256, 128}, convnet {32, 64})
-  std::int64_t input_channels = 1;
-  std::int64_t input_size = 28;       // height = width
-  std::int64_t num_classes = 10;
+  std::vector<std::int64_t> input_shape = {1, 28, 28};  // one sample's (convnet: channels, height, width)
+  std::int64_t outputs = 10;                            // per sample: classes, or values to regress
+  double dropout = 0;  // in [0, 1): dropout after each hidden ReLU of the mlp / the convnet's classifier, in training
 };
 
 /// Builds the model with LibTorch's default initialisation (so the global RNG seed decides the weights).

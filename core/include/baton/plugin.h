@@ -26,6 +26,8 @@
 
 namespace baton {
 
+struct Components;  // baton/components.h: the registries of models, datasets, optimizers, ...
+
 class BATON_API Plugin {
  public:
   virtual ~Plugin();
@@ -71,13 +73,18 @@ struct baton_plugin_info {
   const char* description;
   const char* torch_version;  // TORCH_VERSION the plugin was built against
   int cxx11_abi;              // _GLIBCXX_USE_CXX11_ABI the plugin was built with
-  int kind;                   // BATON_PLUGIN_ALGORITHM or BATON_PLUGIN_CALLBACK
-  baton::Plugin* (*create)(const baton::PluginConfig& config);
+  int kind;                   // BATON_PLUGIN_ALGORITHM, BATON_PLUGIN_CALLBACK or BATON_PLUGIN_COMPONENTS
+  baton::Plugin* (*create)(const baton::PluginConfig& config);  // null for BATON_PLUGIN_COMPONENTS
+  // Appended after ABI 3's first release; the loader reads it only when struct_size covers it, so a plugin built
+  // before it was added loads as it did (no components).
+  void (*register_components)(baton::Components& components);  // null: registers nothing
 };
 }
 
 #define BATON_PLUGIN_ALGORITHM 1
 #define BATON_PLUGIN_CALLBACK 2
+/// A library that only registers components (BATON_COMPONENTS in baton/components.h).
+#define BATON_PLUGIN_COMPONENTS 3
 /// The entry point's name, as the loader looks it up.
 #define BATON_PLUGIN_ENTRY_NAME "baton_plugin_entry"
 
@@ -113,6 +120,7 @@ constexpr int plugin_kind() {
                                            TORCH_VERSION,                                                 \
                                            BATON_CXX11_ABI_VALUE,                                         \
                                            ::baton::detail::plugin_kind<Class>(),                         \
-                                           &::baton::detail::create_plugin<Class>};                       \
+                                           &::baton::detail::create_plugin<Class>,                        \
+                                           nullptr};                                                      \
     return &info;                                                                                         \
   }

@@ -14,6 +14,23 @@
 
 namespace baton {
 
+/// An interval a number must lie in, for get_number / get_int: "expected a number > 0, got ...".
+struct BATON_API Range {
+  double lo = -1e308;
+  double hi = 1e308;
+  bool lo_open = false;
+  bool hi_open = false;
+
+  static Range at_least(double lo) { return Range{lo, 1e308, false, false}; }
+  static Range above(double lo) { return Range{lo, 1e308, true, false}; }
+  static Range closed(double lo, double hi) { return Range{lo, hi, false, false}; }
+  /// [lo, hi)
+  static Range half_open(double lo, double hi) { return Range{lo, hi, false, true}; }
+  bool contains(double value) const;
+  /// ">= 1", "> 0", "in [0, 1)"
+  std::string text() const;
+};
+
 /// Whether a time key may be zero. Most intervals may not: "every 0 batches" has no meaning, and code that takes
 /// a count modulo it divides by zero.
 enum class TimeZero { allowed, rejected };
@@ -63,6 +80,29 @@ class BATON_API PluginConfig {
   Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units, TimeZero zero) const {
     return has(key) ? get_time(key, units, zero) : fallback;
   }
+  /// A number (an integer is accepted) in `range`, else a ConfigError at the key: "expected a number > 0, got
+  /// float -0.5". Missing: an error, or the fallback for the _or form (not checked).
+  double get_number(std::string_view key, Range range) const;
+  double get_number_or(std::string_view key, double fallback, Range range) const {
+    return has(key) ? get_number(key, range) : fallback;
+  }
+  /// An integer in `range`.
+  std::int64_t get_int(std::string_view key, Range range) const;
+  std::int64_t get_int_or(std::string_view key, std::int64_t fallback, Range range) const {
+    return has(key) ? get_int(key, range) : fallback;
+  }
+  /// A string that is one of `choices`: "expected one of \"fp32\", \"amp_bf16\", got string \"fp8\"".
+  std::string get_choice(std::string_view key, const std::vector<std::string>& choices) const;
+  std::string get_choice_or(std::string_view key, const std::string& fallback,
+                            const std::vector<std::string>& choices) const {
+    return has(key) ? get_choice(key, choices) : fallback;
+  }
+  /// A non-empty string.
+  std::string get_text(std::string_view key) const;
+  std::string get_text_or(std::string_view key, const std::string& fallback) const {
+    return has(key) ? get_text(key) : fallback;
+  }
+
   /// Keys in file order.
   std::vector<std::string> keys() const;
   /// Keys (dotted paths, nested tables included) that get/has never touched.
@@ -73,6 +113,11 @@ class BATON_API PluginConfig {
   SourceLocation where(std::string_view key) const;
   /// Throws ConfigError at key's location: "<plugin>.<key>: <message>".
   [[noreturn]] void fail(std::string_view key, std::string_view message) const;
+  /// The key as errors name it: "plugins.ema.half_life", or "optimizer.lr" for a section's view.
+  std::string full_key(std::string_view key) const;
+  /// A view of the same table whose unknown-key errors name `owner` ("optimizer 'sgd'", "dataset 'csv'"); what
+  /// was read is shared with this view. Component factories get such a view of their section.
+  PluginConfig owned_by(std::string owner) const;
 
   struct Impl;
   explicit PluginConfig(std::shared_ptr<Impl> impl);

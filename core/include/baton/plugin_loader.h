@@ -33,15 +33,15 @@ struct BATON_API PluginInfo {
   std::string torch_version;
   int cxx11_abi = -1;
   unsigned abi_version = 0;
-  std::string kind;  // "algorithm" | "callback"
+  std::string kind;  // "algorithm" | "callback" | "components"
 };
 
 struct BATON_API LoadedPlugin {
   PluginInfo info;
   std::string id;                  // unique within a run: the name, or "<name>#<n>" for a repeated plugin
                                    // (load() sets the name; whoever loads several copies numbers them)
-  std::shared_ptr<Plugin> plugin;  // its deleter keeps the library loaded
-  Algorithm* algorithm = nullptr;  // exactly one of these two is set
+  std::shared_ptr<Plugin> plugin;  // its deleter keeps the library loaded; null for a components library
+  Algorithm* algorithm = nullptr;  // exactly one of these two is set, unless it is a components library
   Callback* callback = nullptr;
 };
 
@@ -68,9 +68,15 @@ class BATON_API PluginLoader {
   ///   writable by others (unless allowed).
   PluginInfo inspect(const std::string& path) const;
 
-  /// inspect() + create the plugin from its config + reject keys the plugin never read. A factory that throws
-  /// becomes a PluginError naming the plugin; a ConfigError from the factory passes through unchanged.
+  /// inspect() + register the library's components (baton/components.h; once per file) + create the plugin from
+  /// its config + reject keys the plugin never read. A factory that throws becomes a PluginError naming the
+  /// plugin; a ConfigError from the factory passes through unchanged. A components library creates nothing
+  /// (`plugin` stays null) and takes no keys.
   LoadedPlugin load(const std::string& path, const PluginConfig& config) const;
+
+  /// Opens the library (with inspect()'s checks) and registers its components, once per file; a library without
+  /// any is left alone. `baton plugins` uses it to list every component.
+  void register_components(const std::string& path) const;
 
   /// Every loadable plugin file in the search path (for `baton plugins`); files that fail to load are returned
   /// with their error in `errors` ("<path>: <reason>").

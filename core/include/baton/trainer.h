@@ -12,8 +12,9 @@
 
 #include <torch/nn/modules/container/any.h>
 
-#include "baton/plugin.h"
+#include "baton/components.h"
 #include "baton/dataset.h"
+#include "baton/plugin.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -49,9 +50,10 @@ struct TrainerOptions {
   /// optimizer state and an EMA stay fp32. Evaluation and prediction run under the same precision.
   std::string precision = "fp32";
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
-  std::function<double(const Progress&)> lr_schedule;
-  /// Loss of a batch; default cross entropy on logits and class indices.
-  std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)> loss;
+  LrSchedule lr_schedule;
+  /// Loss of a batch; null: the registered "cross_entropy" when the training data's targets are classes, "mse"
+  /// when they are values (DataSpec).
+  LossFunction loss;
   /// For evaluation: which weights a plugin that keeps several sets should use ("", "ema", "raw"); see
   /// State::eval_weights.
   std::string eval_weights;
@@ -96,10 +98,15 @@ struct EvalResult {
 struct PredictResult {
   at::Tensor outputs;      // the model's outputs, [N, ...]
   at::Tensor predictions;  // the argmax class of each row (int64 [N]) when outputs are class scores [N, C]
+  at::Tensor targets;      // the dataset's targets, when it has them
 };
 
 class BATON_API Trainer {
  public:
+  /// `train` and `eval` may be any Dataset (baton/dataset.h); a null `eval` means no evaluation.
+  Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+          std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options);
+  /// The same for data held in memory; an empty `eval` means no evaluation.
   Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
           TensorDataset eval, TrainerOptions options);
   ~Trainer();
@@ -122,14 +129,14 @@ class BATON_API Trainer {
   /// first when given. A plugin keeping several sets of weights (ema) uses the set TrainerOptions::eval_weights
   /// names, as for evaluation. Plugins are closed after it, as after evaluate_standalone.
   PredictResult predict(const std::string& checkpoint = "");
-  PredictResult predict(const TensorDataset& data, const std::string& checkpoint = "");
+  PredictResult predict(const Dataset& data, const std::string& checkpoint = "");
 
   /// Asks a running fit() to stop after the current batch (safe to call from a signal handler's flag poller).
   void request_stop(std::string reason);
 
   /// The datasets the trainer was given (e.g. to predict on the training set).
-  const TensorDataset& train_set() const;
-  const TensorDataset& eval_set() const;
+  const Dataset& train_set() const;
+  const Dataset& eval_set() const;  // an empty dataset when there is none
   State& state();
   Logger& logger();
   torch::nn::Module& model();

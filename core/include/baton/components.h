@@ -1,0 +1,108 @@
+#pragma once
+// The components a run is built from, each kind found by name in its registry: model, dataset, optimizer,
+// scheduler, loss, metric. baton registers its built-ins; a plugin library registers more with BATON_COMPONENTS,
+// and a config then names them like the built-ins ([model] name = "my_resnet"). Each factory gets the keys of its
+// config table (all but `name`) as a PluginConfig: read them with get/get_or (types, choices and ranges are
+// checked there, errors name the file, line and key); a key the factory never reads is an error, as for plugins.
+//
+//   void register_mine(baton::Components& c) {
+//     c.models.add("my_resnet", "ResNet-20", [](const baton::PluginConfig& config, const baton::DataSpec& data) {
+//       return torch::nn::AnyModule(MyResNet(config.get_or<std::int64_t>("depth", 20), data.output_size()));
+//     });
+//   }
+//   BATON_COMPONENTS("my_models", "1.0.0", "a ResNet for 32x32 images", register_mine)
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+
+#include "baton/dataset.h"
+#include "baton/export.h"
+#include "baton/plugin.h"
+#include "baton/plugin_config.h"
+#include "baton/registry.h"
+#include "baton/time.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace baton {
+
+/// What a dataset factory knows of the run.
+struct BATON_API DatasetContext {
+  std::uint64_t seed = 42;  // the run's seed, for datasets that draw (synthetic, random splits)
+  bool need_train = true;   // false when only the evaluation split is used (baton eval, predict): skip loading it
+};
+
+/// The two splits of a dataset. `eval` may be null (no evaluation).
+struct BATON_API DatasetSplits {
+  std::shared_ptr<Dataset> train;
+  std::shared_ptr<Dataset> eval;
+};
+
+/// A batch's loss: a scalar tensor from the model's outputs and the batch's targets.
+using LossFunction = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
+/// The learning-rate multiplier (of the optimizer's configured lr) at a point of training.
+using LrSchedule = std::function<double(const Progress& progress)>;
+
+/// An evaluation metric kept as running sums, so that data-parallel ranks combine exactly: the evaluator adds
+/// every rank's sums() element-wise and hands the totals to compute() (a mean of ranks' means would weigh a rank
+/// with fewer samples wrongly, and an R² or F1 is no mean at all).
+class BATON_API Metric {
+ public:
+  virtual ~Metric();
+  /// Adds one batch: the outputs as the model gave them, the targets as the dataset gave them (class indices,
+  /// class probabilities after label smoothing or MixUp, or values), both on the model's device.
+  virtual void update(const at::Tensor& outputs, const at::Tensor& targets) = 0;
+  /// The running sums; always the same number of them.
+  virtual std::vector<double> sums() const = 0;
+  /// The metric from sums (this rank's, or every rank's added up).
+  virtual double compute(const std::vector<double>& sums) const = 0;
+  virtual void reset() = 0;
+  /// Larger is better (accuracy, r2) or smaller is (mae, rmse): what checkpoint selection and stoppers assume.
+  virtual bool higher_is_better() const = 0;
+};
+
+using ModelFactory = std::function<torch::nn::AnyModule(const PluginConfig& config, const DataSpec& data)>;
+using DatasetFactory = std::function<DatasetSplits(const PluginConfig& config, const DatasetContext& context)>;
+using OptimizerFactory = std::function<std::shared_ptr<torch::optim::Optimizer>(
+    const PluginConfig& config, const std::vector<at::Tensor>& parameters)>;
+using SchedulerFactory = std::function<LrSchedule(const PluginConfig& config)>;
+using LossFactory = std::function<LossFunction(const PluginConfig& config, const DataSpec& data)>;
+using MetricFactory = std::function<std::unique_ptr<Metric>(const PluginConfig& config, const DataSpec& data)>;
+
+struct BATON_API Components {
+  Registry<ModelFactory> models{"model"};
+  Registry<DatasetFactory> datasets{"dataset"};
+  Registry<OptimizerFactory> optimizers{"optimizer"};
+  Registry<SchedulerFactory> schedulers{"scheduler"};
+  Registry<LossFactory> losses{"loss"};
+  Registry<MetricFactory> metrics{"metric"};
+};
+
+/// The process's registries, with baton's built-ins in them.
+BATON_API Components& components();
+
+}  // namespace baton
+
+/// Exports a library that registers components (and is no algorithm or callback): `register_fn`, a function
+/// taking baton::Components&, is called once, when the library is loaded through [[plugins]] (or listed by
+/// `baton plugins`). What it adds is stamped with the library's file and version.
+#define BATON_COMPONENTS(name_, version_, description_, register_fn)                                         \
+  extern "C" BATON_PLUGIN_EXPORT const baton_plugin_info* baton_plugin_entry() {                          \
+    static const baton_plugin_info info = {sizeof(baton_plugin_info),                                     \
+                                           BATON_PLUGIN_ABI_VERSION,                                      \
+                                           name_,                                                         \
+                                           version_,                                                      \
+                                           description_,                                                  \
+                                           TORCH_VERSION,                                                 \
+                                           BATON_CXX11_ABI_VALUE,                                         \
+                                           BATON_PLUGIN_COMPONENTS,                                       \
+                                           nullptr,                                                       \
+                                           &register_fn};                                                 \
+    return &info;                                                                                         \
+  }
