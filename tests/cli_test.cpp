@@ -234,6 +234,7 @@ TEST_SUITE("cli") {
     CHECK(fs::exists(run / "metrics.jsonl"));
     CHECK(fs::exists(run / "model.safetensors"));
     CHECK(fs::exists(run / "eval_accuracy.svg"));
+    CHECK(fs::exists(run / "eval_loss.svg"));
     CHECK(fs::exists(run / "checkpoints" / "ep1" / "meta.json"));
     CHECK(fs::exists(run / "checkpoints" / "ep2" / "state.safetensors"));
 
@@ -381,6 +382,41 @@ TEST_SUITE("cli") {
     };
     CHECK(contains(line_of("optimizer  adamw "), " built-in "));
     CHECK(contains(line_of("metric     r2 "), " built-in "));
+  }
+
+  TEST_CASE("[data] metrics: named metrics with their keys, logged, tabled and charted; bad entries located") {
+    auto dir = scratch("metrics");
+    const std::string with = "eval_size = 256\nmetrics = [\"accuracy\", { name = \"top_k\", k = 3 }, \"f1\"]\n";
+    write(dir / "run.toml", quick_config_with("eval_size = 256\n", with));
+    auto train = run_baton(dir, {"train", "run.toml"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    CHECK(contains(train.out, "eval/top_k"));  // the end-of-run table
+    CHECK(contains(train.out, "eval/f1"));
+    const std::string metrics = read_bytes(dir / "runs" / "quick" / "metrics.jsonl");
+    CHECK(contains(metrics, "\"eval/top_k\""));
+    CHECK(contains(metrics, "\"eval/f1\""));
+    CHECK(fs::exists(dir / "runs" / "quick" / "eval_top_k.svg"));
+    CHECK(fs::exists(dir / "runs" / "quick" / "eval_f1.svg"));
+    auto eval = run_baton(dir, {"eval", "run.toml", "--checkpoint", "runs/quick/checkpoints/ep2"});
+    CHECK(eval.status == 0);
+    CHECK(contains(eval.out, " accuracy "));
+    CHECK(contains(eval.out, " top_k "));
+
+    const auto check_error = [&](const std::string& metrics_line, const std::string& expected) {
+      write(dir / "bad.toml", quick_config_with("eval_size = 256\n", "eval_size = 256\n" + metrics_line + "\n"));
+      auto bad = run_baton(dir, {"check", "bad.toml"});
+      CHECK(bad.status == 2);
+      CHECK_MESSAGE(contains(bad.err, expected), bad.err);
+    };
+    check_error("metrics = [\"accuracy\", \"acuracy\"]",
+                "error: bad.toml:12:24: data.metrics[1].name: unknown metric 'acuracy'; registered: accuracy, f1, mae,");
+    check_error("metrics = [{ name = \"top_k\", kk = 3 }]",
+                "error: bad.toml:12:30: data.metrics[0].kk: unknown key 'metrics[0].kk' for metric 'top_k'; it reads k, name");
+    check_error("metrics = [{ name = \"top_k\", k = 0 }]",
+                "error: bad.toml:12:34: data.metrics[0].k: expected an integer >= 1, got integer 0");
+    check_error("metrics = [\"r2\"]", "data.metrics[0].name: r2 needs");
+    check_error("metrics = [\"f1\", \"f1\"]", "error: bad.toml:12:18: data.metrics[1]: metric 'f1' is listed twice");
+    check_error("metrics = \"accuracy\"", "error: bad.toml:12:11: data.metrics: expected a name or a table with a name");
   }
 
   TEST_CASE("a plugin that throws something other than a std::exception is reported naming the plugin and call") {

@@ -140,9 +140,12 @@ int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::s
   auto results = run->trainer->evaluate_standalone(checkpoint);
   // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
   if (run->trainer->options().rank != 0) return 0;
-  for (const auto& result : results)
-    std::printf("checkpoint %s: %s loss %s accuracy %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(),
-                fixed(result.loss).c_str(), fixed(result.accuracy).c_str(), static_cast<long long>(result.samples));
+  for (const auto& result : results) {
+    std::string values = "loss " + fixed(result.loss);
+    for (const auto& metric : result.metrics) values += " " + metric.name + " " + fixed(metric.value);
+    std::printf("checkpoint %s: %s %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(), values.c_str(),
+                static_cast<long long>(result.samples));
+  }
   return 0;
 }
 

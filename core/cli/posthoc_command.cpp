@@ -97,24 +97,33 @@ int sweep(const PosthocArgs& args) {
   options.allow_insecure_plugins = args.allow_insecure;
   RunConfig config = load_config(args.eval_config, overrides);
   std::vector<SweepRow> rows;
-  std::printf("%10s %10s %10s\n", "sigma_rel", "loss", "accuracy");
+  std::string metric;  // the run's main metric (its first), by which the best width is chosen
   for (double target : targets) {
     rows.push_back(evaluate(config, options, snapshots, target));
-    std::printf("%10.4g %10.4f %10.4f\n", target, rows.back().eval.loss, rows.back().eval.accuracy);
+    const EvalResult& eval = rows.back().eval;
+    if (eval.metrics.empty()) throw Error("the evaluation of sigma_rel " + std::to_string(target) + " has no metric");
+    if (metric.empty()) {
+      metric = eval.metrics.front().name;
+      std::printf("%10s %10s %10s\n", "sigma_rel", "loss", metric.c_str());
+    }
+    std::printf("%10.4g %10.4f %10.4f\n", target, eval.loss, eval.metric(metric));
     std::fflush(stdout);
   }
-  // Highest accuracy; the lower loss breaks a tie.
+  // The best by the main metric, in its direction; the lower loss breaks a tie.
+  const bool higher = rows.front().eval.metrics.front().higher_is_better;
+  const auto better = [&](const SweepRow& a, const SweepRow& b) {
+    const double x = a.eval.metric(metric), y = b.eval.metric(metric);
+    return (higher ? x > y : x < y) || (x == y && a.eval.loss < b.eval.loss);
+  };
   const SweepRow* best = &rows.front();
   for (const auto& row : rows)
-    if (row.eval.accuracy > best->eval.accuracy ||
-        (row.eval.accuracy == best->eval.accuracy && row.eval.loss < best->eval.loss))
-      best = &row;
-  PlotSeries accuracy{"eval/accuracy", {}};
-  for (const auto& row : rows) accuracy.points.emplace_back(row.sigma_rel, row.eval.accuracy);
+    if (better(row, *best)) best = &row;
+  PlotSeries series{"eval/" + metric, {}};
+  for (const auto& row : rows) series.points.emplace_back(row.sigma_rel, row.eval.metric(metric));
   std::string plot = (fs::path(args.run_dir) / "posthoc_sweep.svg").string();
-  write_line_chart_svg(plot, {accuracy}, {"post-hoc EMA: accuracy by sigma_rel", "sigma_rel", "eval/accuracy"});
-  std::printf("best sigma_rel %.4g: accuracy %.4f, loss %.4f\nplot: %s\n", best->sigma_rel, best->eval.accuracy,
-              best->eval.loss, plot.c_str());
+  write_line_chart_svg(plot, {series}, {"post-hoc EMA: " + metric + " by sigma_rel", "sigma_rel", "eval/" + metric});
+  std::printf("best sigma_rel %.4g: %s %.4f, loss %.4f\nplot: %s\n", best->sigma_rel, metric.c_str(),
+              best->eval.metric(metric), best->eval.loss, plot.c_str());
   return 0;
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "baton/components.h"
-#include "config/config.h"
+#include "config/config.h"  // ComponentSection
 
 namespace baton {
 
@@ -16,9 +16,10 @@ namespace baton {
 /// pass as they are.
 template <class Factory, class... Args>
 auto build_component(const Registry<Factory>& registry, const ComponentSection& section, const std::string& key,
-                     const RunConfig& config, const Args&... args) {
+                     const Args&... args) {
   const auto* entry = registry.find(section.name);
-  if (entry == nullptr) throw ConfigError(config.where(key + ".name"), key + ".name", registry.unknown(section.name));
+  if (entry == nullptr)
+    throw ConfigError(section.config.where("name"), key + ".name", registry.unknown(section.name));
   const PluginConfig view = section.config.owned_by(registry.kind() + " '" + section.name + "'");
   const std::string what = registry.kind() + " '" + section.name + "' (" + entry->origin.library + ")";
   try {

@@ -22,7 +22,7 @@ std::vector<at::Tensor> one_parameter() { return {at::ones({3}).requires_grad_(t
 std::string optimizer_error(const std::string& text) {
   const RunConfig c = parse(text);
   return test::error_text<ConfigError>(
-      [&] { build_component(components().optimizers, c.optimizer, "optimizer", c, one_parameter()); });
+      [&] { build_component(components().optimizers, c.optimizer, "optimizer", one_parameter()); });
 }
 
 std::string model_error(const std::string& text) {
@@ -30,7 +30,7 @@ std::string model_error(const std::string& text) {
   DataSpec spec;
   spec.input_shape = {1, 28, 28};
   spec.num_classes = 10;
-  return test::error_text<ConfigError>([&] { build_component(components().models, c.model, "model", c, spec); });
+  return test::error_text<ConfigError>([&] { build_component(components().models, c.model, "model", spec); });
 }
 
 }  // namespace
@@ -69,7 +69,7 @@ TEST_SUITE("components") {
     const RunConfig c = parse("[model]\nname = \"resnet\"\n");
     const std::string error = test::error_text<ConfigError>([&] {
       DataSpec spec;
-      build_component(components().models, c.model, "model", c, spec);
+      build_component(components().models, c.model, "model", spec);
     });
     CHECK(error.rfind("cfg.toml:2:8: model.name: unknown model 'resnet'; registered: convnet, mlp", 0) == 0);
   }
@@ -99,12 +99,12 @@ TEST_SUITE("components") {
     DataSpec table;
     table.input_shape = {13};
     table.target_shape = {};
-    auto mlp = build_component(components().models, c.model, "model", c, table);
+    auto mlp = build_component(components().models, c.model, "model", table);
     const auto out = mlp.forward(at::ones({2, 13}));
     CHECK(out.sizes().vec() == std::vector<std::int64_t>{2, 1});  // one regressed value
     const RunConfig conv = parse("[model]\nname = \"convnet\"\n");
     const std::string error =
-        test::error_text<ConfigError>([&] { build_component(components().models, conv.model, "model", conv, table); });
+        test::error_text<ConfigError>([&] { build_component(components().models, conv.model, "model", table); });
     CHECK(error.find("model.name: model 'convnet': needs image inputs") != std::string::npos);
     CHECK(error.find("13 inputs, 1 regression target") != std::string::npos);
   }
@@ -115,16 +115,16 @@ TEST_SUITE("components") {
     const RunConfig c = parse("[data]\nname = \"synthetic\"\ntrain_size = 8\neval_size = 4\npath = \"/x\"\n");
     DatasetContext context;
     const std::string error = test::error_text<ConfigError>(
-        [&] { build_component(components().datasets, c.data, "data", c, context); });
+        [&] { build_component(components().datasets, c.data, "data", context); });
     CHECK(error.rfind("cfg.toml:5:1: data.path: unknown key 'path' for dataset 'synthetic'", 0) == 0);
     const RunConfig ok = parse("[data]\nname = \"synthetic\"\ntrain_size = 8\neval_size = 4\nbatch_size = 2\n");
-    const DatasetSplits splits = build_component(components().datasets, ok.data, "data", ok, context);
+    const DatasetSplits splits = build_component(components().datasets, ok.data, "data", context);
     CHECK(splits.train->size() == 8);
     CHECK(splits.eval->size() == 4);
     CHECK(ok.data.batch_size == 2);
     const RunConfig missing = parse("[data]\nname = \"idx\"\npath = \"no/such\"\n");
     CHECK(test::error_text<ConfigError>([&] {
-            build_component(components().datasets, missing.data, "data", missing, context);
+            build_component(components().datasets, missing.data, "data", context);
           }).rfind("cfg.toml:3:8: data.path: no such folder: 'no/such'", 0) == 0);
   }
 }

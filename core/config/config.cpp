@@ -106,6 +106,7 @@ void read_data(const PluginConfig& s, DataSection& data) {
   read_component(s, data, "fashion-mnist");
   data.batch_size = s.get_int_or("batch_size", data.batch_size, kAtLeastOne);
   data.eval_batch_size = s.get_int_or("eval_batch_size", data.eval_batch_size, kAtLeastOne);
+  for (auto& [name, view] : s.get_entries("metrics")) data.metrics.push_back(ComponentSection{name, view});
 }
 
 void read_trainer(const PluginConfig& s, TrainerSection& trainer) {

@@ -33,6 +33,9 @@ struct DataSection : ComponentSection {
   // name: the dataset ("fashion-mnist", "mnist", "synthetic", "csv", ... or a plugin's)
   std::int64_t batch_size = 128;        // >= 1
   std::int64_t eval_batch_size = 1000;  // >= 1
+  /// metrics = ["accuracy", { name = "top_k", k = 3 }]: the evaluation metrics (registered names, each with its
+  /// keys); empty: the data's default (accuracy for classes; mae, rmse and r2 for values).
+  std::vector<ComponentSection> metrics;
 };
 
 struct TrainerSection {

@@ -426,6 +426,41 @@ std::string PluginConfig::get_text(std::string_view key) const {
   return value;
 }
 
+std::vector<std::pair<std::string, PluginConfig>> PluginConfig::get_entries(std::string_view key) const {
+  std::vector<std::pair<std::string, PluginConfig>> out;
+  const toml::node* node = impl_->find(key);
+  if (node == nullptr) return out;
+  const auto expected = [&](const toml::node& at, const std::string& path) {
+    throw ConfigError(impl_->location(at), path,
+                      "expected a name or a table with a name (e.g. \"accuracy\" or { name = \"top_k\", k = 3 }), "
+                      "got " + toml_detail::describe(at));
+  };
+  const toml::array* array = node->as_array();
+  if (array == nullptr) expected(*node, full_key(key));
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const toml::node& element = (*array)[i];
+    const std::string index = std::string(key) + "[" + std::to_string(i) + "]";
+    if (const auto* text = element.as_string()) {
+      if (text->get().empty()) expected(element, full_key(index));
+      // A name alone: a view of an empty table, located at the string.
+      auto impl = make_impl(toml::table{}, impl_->shared->name, impl_->shared->file, impl_->location(element));
+      impl->shared->key_prefix = impl_->shared->key_prefix + impl_->prefix + index + ".";
+      impl->shared->owner = text->get();
+      out.emplace_back(text->get(), PluginConfig(std::move(impl)));
+    } else if (const auto* table = element.as_table()) {
+      // A view into the table where it is, so that its keys keep their lines and its reads are recorded.
+      PluginConfig view(std::make_shared<Impl>(
+          Impl{impl_->shared, table, impl_->prefix + index + ".", impl_->location(element), ""}));
+      if (!view.has("name")) expected(element, full_key(index));
+      std::string name = view.get_text("name");
+      out.emplace_back(std::move(name), std::move(view));
+    } else {
+      expected(element, full_key(index));
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> PluginConfig::keys() const {
   std::vector<std::string> out;
   for (const auto& [key, node] : impl_->ordered()) out.emplace_back(key->str());

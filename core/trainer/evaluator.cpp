@@ -11,12 +11,12 @@
 #include <torch/nn/module.h>
 
 #include "baton/communicator.h"
+#include "baton/components.h"
 #include "engine/engine.h"
 #include "logging/metrics_history.h"
 #include "logging/run_logger.h"
 #include "trainer/format.h"
 #include "trainer/precision.h"
-#include "trainer/step_metrics.h"
 
 namespace baton {
 
@@ -28,7 +28,22 @@ Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const Trai
       options_(options),
       model_(model),
       data_(data),
-      loss_(std::move(loss)) {}
+      loss_(std::move(loss)),
+      metrics_(options.metrics.empty() ? default_metrics(data.spec()) : options.metrics) {}
+
+std::vector<NamedMetric> Evaluator::default_metrics(const DataSpec& spec) {
+  std::vector<NamedMetric> out;
+  // No targets at all (an empty evaluation set): nothing to measure.
+  if (spec.input_shape.empty() && spec.target_shape.empty() && !spec.classification()) return out;
+  const std::vector<std::string> names =
+      spec.classification() ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{"mae", "rmse", "r2"};
+  for (const auto& name : names) {
+    const auto* entry = components().metrics.find(name);
+    if (entry == nullptr) throw Error("the built-in metric '" + name + "' is not registered");
+    out.push_back(NamedMetric{name, entry->factory(PluginConfig(), spec)});
+  }
+  return out;
+}
 
 // One pass over the evaluation set with the weights the model holds now (plugins may have swapped them at
 // eval_start), fired as eval_start … eval_end with state.eval_label = label.
@@ -44,8 +59,8 @@ EvalResult Evaluator::pass(const std::string& label) {
   module.eval();
   auto started = std::chrono::steady_clock::now();
   double loss_sum = 0;
-  std::int64_t correct = 0, seen = 0;
-  const bool classes = data_.spec().classification();
+  std::int64_t seen = 0;
+  for (auto& m : metrics_) m.metric->reset();
   {
     c10::NoGradGuard no_grad;
     // Each rank evaluates its contiguous share; the sums are reduced below.
@@ -69,34 +84,50 @@ EvalResult Evaluator::pass(const std::string& label) {
         batch_loss = loss_(state_.outputs, state_.batch.targets).item<double>();
       }
       loss_sum += batch_loss * static_cast<double>(end - begin);
-      if (classes) correct += count_correct(state_.outputs, state_.batch.targets);
+      for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch.targets);
       seen += end - begin;
       engine_.fire(Event::eval_batch_end);
       state_.clear_step_data();
     }
   }
   if (was_training) module.train();
-  if (options_.communicator) {
-    auto sums = options_.communicator->sum({loss_sum, static_cast<double>(correct), static_cast<double>(seen)});
-    loss_sum = sums[0];
-    correct = static_cast<std::int64_t>(std::llround(sums[1]));
-    seen = static_cast<std::int64_t>(std::llround(sums[2]));
+  // Every rank's sums added in one collective: the loss and sample count, then each metric's sums in order.
+  std::vector<double> sums{loss_sum, static_cast<double>(seen)};
+  for (const auto& m : metrics_) {
+    const auto part = m.metric->sums();
+    sums.insert(sums.end(), part.begin(), part.end());
   }
+  if (options_.communicator) sums = options_.communicator->sum(sums);
+  loss_sum = sums[0];
+  seen = static_cast<std::int64_t>(std::llround(sums[1]));
   EvalResult result;
   result.label = label;
   result.samples = seen;
   result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
-  result.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
   logger_.log_metric(label + "/loss", result.loss);
-  logger_.log_metric(label + "/accuracy", result.accuracy);
+  std::size_t at = 2;
+  for (const auto& m : metrics_) {
+    const std::size_t count = m.metric->sums().size();
+    const std::vector<double> mine(sums.begin() + static_cast<std::ptrdiff_t>(at),
+                                   sums.begin() + static_cast<std::ptrdiff_t>(at + count));
+    at += count;
+    result.metrics.push_back(EvalResult::Value{m.name, m.metric->compute(mine), m.metric->higher_is_better()});
+    logger_.log_metric(label + "/" + m.name, result.metrics.back().value);
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine_.fire(Event::eval_end);
   std::string plugin_metrics;
-  for (const auto& [name, value] : logger_.end_capture())
-    if (name != label + "/loss" && name != label + "/accuracy") plugin_metrics += "  " + name + " " + format_number(value);
+  std::string own = "loss " + format_number(result.loss);
+  for (const auto& value : result.metrics) own += "  " + value.name + " " + format_number(value.value);
+  for (const auto& [name, value] : logger_.end_capture()) {
+    const bool evaluator_logged =
+        name == label + "/loss" || std::any_of(result.metrics.begin(), result.metrics.end(),
+                                               [&](const EvalResult::Value& v) { return name == label + "/" + v.name; });
+    if (!evaluator_logged) plugin_metrics += "  " + name + " " + format_number(value);
+  }
   if (!options_.quiet)
-    logger_.info("[" + format_timestamp(state_.progress.now) + "] " + label + ": loss " + format_number(result.loss) +
-                 "  accuracy " + format_number(result.accuracy) + plugin_metrics + "  (" + std::to_string(seen) +
+    logger_.info("[" + format_timestamp(state_.progress.now) + "] " + label + ": " + own + plugin_metrics + "  (" +
+                 std::to_string(seen) +
                  " samples, " + format_number(seconds, 1) + " s)");
   return result;
 }
@@ -175,6 +206,16 @@ void Evaluator::run_in_fit() {
 void Evaluator::load_history(const std::string& metrics_path, std::int64_t resumed_at) {
   for (auto& logged : read_logged_evaluations(metrics_path, resumed_at))
     history_.push_back(EvalRecord{logged.at, std::move(logged.metrics)});
+}
+
+}  // namespace baton
+
+namespace baton {
+
+double EvalResult::metric(const std::string& name) const {
+  for (const auto& value : metrics)
+    if (value.name == name) return value.value;
+  throw Error("evaluation '" + label + "' has no metric '" + name + "'");
 }
 
 }  // namespace baton

@@ -1,6 +1,6 @@
 #pragma once
 // The trainer's inference collaborator: the passes over the evaluation set (eval_before_all, then for each label
-// in State::eval_labels eval_start … eval_end, then eval_after_all), their loss and accuracy reduced across ranks,
+// in State::eval_labels eval_start … eval_end, then eval_after_all), their loss and metrics reduced across ranks,
 // the run's history of evaluations for the final table and chart, and prediction over a dataset.
 #include <cstdint>
 #include <functional>
@@ -34,6 +34,10 @@ class Evaluator {
   const std::vector<EvalRecord>& history() const { return history_; }
   /// A resumed run's earlier evaluations, read back from its metrics.jsonl up to the resume point.
   void load_history(const std::string& metrics_path, std::int64_t resumed_at);
+  /// The metrics each pass computes, in order.
+  const std::vector<NamedMetric>& metrics() const { return metrics_; }
+  /// accuracy for class targets; mae, rmse, r2 for values; none for an empty set.
+  static std::vector<NamedMetric> default_metrics(const DataSpec& spec);
 
  private:
   EvalResult pass(const std::string& label);
@@ -45,6 +49,7 @@ class Evaluator {
   torch::nn::AnyModule& model_;
   const Dataset& data_;
   LossFunction loss_;
+  std::vector<NamedMetric> metrics_;
   std::vector<EvalRecord> history_;
   std::int64_t last_batch_ = -1;
 };

@@ -93,7 +93,7 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
   DatasetContext context;
   context.seed = static_cast<std::uint64_t>(config.run.seed);
   context.need_train = need_train;
-  built.data = build_component(registry.datasets, config.data, "data", config, context);
+  built.data = build_component(registry.datasets, config.data, "data", context);
   if (need_train && !built.data.train)
     throw ConfigError(config.where("data.name"), "data.name",
                       "dataset '" + config.data.name + "' gave no training split");
@@ -104,13 +104,25 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
     throw ConfigError(config.where("data.batch_size"), "data.batch_size",
                       "expected at most the " + count_text(built.data.train->size(), "training sample") + " of " +
                           config.data.name + ", got " + std::to_string(config.data.batch_size));
-  built.model = build_component(registry.models, config.model, "model", config, spec);
-  built.optimizer = build_component(registry.optimizers, config.optimizer, "optimizer", config,
+  built.model = build_component(registry.models, config.model, "model", spec);
+  built.optimizer = build_component(registry.optimizers, config.optimizer, "optimizer",
                                     built.model.ptr()->parameters());
-  built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler", config);
+  built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler");
   ComponentSection loss = config.loss;
   if (loss.name.empty()) loss.name = spec.classification() ? "cross_entropy" : "mse";
-  built.loss = build_component(registry.losses, loss, "loss", config, spec);
+  built.loss = build_component(registry.losses, loss, "loss", spec);
+  // Metrics measure the evaluation data (its spec; the training data's when there is none).
+  const DataSpec eval_spec = built.data.eval->size() > 0 ? built.data.eval->spec() : spec;
+  for (std::size_t i = 0; i < config.data.metrics.size(); ++i) {
+    const ComponentSection& metric = config.data.metrics[i];
+    const std::string key = "data.metrics[" + std::to_string(i) + "]";
+    for (const auto& earlier : built.metrics)
+      if (earlier.name == metric.name)
+        throw ConfigError(metric.config.where("name"), key,
+                          "metric '" + metric.name + "' is listed twice (each is logged as <pass>/" + metric.name + ")");
+    built.metrics.push_back(
+        NamedMetric{metric.name, build_component(registry.metrics, metric, key, eval_spec)});
+  }
   return built;
 }
 
@@ -205,6 +217,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.precision = config.trainer.precision;
   t.lr_schedule = std::move(built.schedule);
   t.loss = std::move(built.loss);
+  t.metrics = std::move(built.metrics);
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
 

@@ -57,6 +57,7 @@ struct BuiltComponents {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   LrSchedule schedule;  // null: the optimizer's lr throughout
   LossFunction loss;
+  std::vector<NamedMetric> metrics;  // [data] metrics; empty: the trainer's defaults for the evaluation data
 };
 
 /// Builds the dataset, model (shaped by the data), optimizer, schedule and loss of the config, each checking its

@@ -23,22 +23,30 @@ void ModelExport::fit_end(State& state, Logger&) {
                            metadata);
 }
 
-void AccuracyPlot::fit_end(State& state, Logger&) {
+void EvalPlots::fit_end(State& state, Logger&) {
   if (state.rank != 0 || state.run_dir.empty()) return;
-  std::vector<PlotSeries> series;
-  for (const auto& record : history_)
-    for (const auto& [name, value] : record.metrics) {
-      if (name.size() < 9 || name.compare(name.size() - 9, 9, "/accuracy") != 0) continue;
-      auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.label == name; });
-      if (it == series.end()) it = series.insert(series.end(), PlotSeries{name, {}});
-      it->points.emplace_back(static_cast<double>(record.at.batch), value);
-    }
-  if (series.empty()) return;
-  PlotOptions plot;
-  plot.title = "evaluation accuracy";
-  plot.y_label = "accuracy";
-  fs::create_directories(state.run_dir);
-  write_line_chart_svg((fs::path(state.run_dir) / "eval_accuracy.svg").string(), series, plot);
+  std::vector<std::string> names;
+  for (const auto& metric : metrics_) names.push_back(metric.name);
+  names.push_back("loss");
+  for (const auto& metric : names) {
+    // One line per evaluation pass that logged it: eval/<metric>, eval_raw/<metric>, ...
+    const std::string suffix = "/" + metric;
+    std::vector<PlotSeries> series;
+    for (const auto& record : history_)
+      for (const auto& [name, value] : record.metrics) {
+        if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+          continue;
+        auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.label == name; });
+        if (it == series.end()) it = series.insert(series.end(), PlotSeries{name, {}});
+        it->points.emplace_back(static_cast<double>(record.at.batch), value);
+      }
+    if (series.empty()) continue;
+    PlotOptions plot;
+    plot.title = "evaluation " + metric;
+    plot.y_label = metric;
+    fs::create_directories(state.run_dir);
+    write_line_chart_svg((fs::path(state.run_dir) / ("eval_" + metric + ".svg")).string(), series, plot);
+  }
 }
 
 }  // namespace baton

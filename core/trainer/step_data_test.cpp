@@ -16,7 +16,6 @@
 
 #include "baton/trainer.h"
 #include "small_trainer.h"
-#include "trainer/step_metrics.h"
 
 using baton::Event;
 using baton::Time;
@@ -167,22 +166,6 @@ baton::TrainerOptions one_batch_options() {
 }  // namespace
 
 TEST_SUITE("step_data") {
-  TEST_CASE("the default loss takes class indices or probabilities; accuracy takes the argmax of probabilities") {
-    // Logits log(1), log(3): softmax (1/4, 3/4). Against class 0 the loss is -log(1/4) = log 4; against the
-    // probabilities (1/2, 1/2) it is -(log(1/4) + log(3/4)) / 2 = log(16/3) / 2.
-    at::Tensor logits = at::tensor({0.0, std::log(3.0)}, at::kFloat).reshape({1, 2});
-    CHECK(baton::default_loss(logits, at::tensor({std::int64_t{0}})).item<double>() ==
-          doctest::Approx(std::log(4.0)).epsilon(1e-6));
-    at::Tensor half = at::full({1, 2}, 0.5, at::kFloat);
-    CHECK(baton::default_loss(logits, half).item<double>() == doctest::Approx(std::log(16.0 / 3.0) / 2).epsilon(1e-6));
-
-    // Two rows: argmax of the outputs 1 and 0; the soft targets' argmax 1 and 1: one right.
-    at::Tensor outputs = at::tensor({0.1, 0.9, 0.8, 0.2}, at::kFloat).reshape({2, 2});
-    at::Tensor soft = at::tensor({0.3, 0.7, 0.4, 0.6}, at::kFloat).reshape({2, 2});
-    CHECK(baton::count_correct(outputs, soft) == 1);
-    CHECK(baton::count_correct(outputs, at::tensor({std::int64_t{1}, std::int64_t{0}})) == 2);
-  }
-
   TEST_CASE("targets smoothed at before_loss are the targets of the loss") {
     auto trainer = make_trainer(one_batch_options(), "mlp");
     auto smooth = std::make_shared<SmoothTargets>(0.1);

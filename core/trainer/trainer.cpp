@@ -32,7 +32,6 @@
 #include "trainer/precision.h"
 #include "trainer/run_outputs.h"
 #include "trainer/schedule.h"
-#include "trainer/step_metrics.h"
 
 namespace fs = std::filesystem;
 
@@ -104,7 +103,7 @@ struct Trainer::Impl {
         evaluator(state, engine, logger, options, model, *eval, loss),
         schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
         model_export(run_failed),
-        plot(evaluator.history()) {
+        plots(evaluator.history(), evaluator.metrics()) {
     state.device = options.device;
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
@@ -142,7 +141,7 @@ struct Trainer::Impl {
     if (initialised) return;
     initialised = true;
     engine.add(EngineEntry{"model_export", nullptr, &model_export});
-    engine.add(EngineEntry{"accuracy_plot", nullptr, &plot});
+    engine.add(EngineEntry{"eval_plots", nullptr, &plots});
     fire(Event::init);
   }
 
@@ -485,7 +484,7 @@ struct Trainer::Impl {
   Schedule schedule;
   bool run_failed = false;
   ModelExport model_export;
-  AccuracyPlot plot;
+  EvalPlots plots;
   bool initialised = false;
   StopCause cause = StopCause::none;
   std::optional<double> last_loss;  // the train/loss this process last logged; none before its first log_interval

@@ -9,10 +9,17 @@
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/inverse.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
 
+#include "baton/components.h"
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
 #include "baton/builtin_datasets.h"
@@ -328,5 +335,75 @@ TEST_SUITE("trainer") {
     CHECK(all.find("\"train/loss\"") != std::string::npos);
     REQUIRE(result.evals.size() == 1);
     CHECK(result.evals[0].metrics.count("eval/accuracy") == 1);
+  }
+
+  TEST_CASE("a regression trains with the data's defaults (mse, mae/rmse/r2) to the least-squares optimum") {
+    // y = X w + b + noise with 3 features. A linear model (an mlp without hidden layers) trained with SGD should
+    // reach the error of the least-squares fit, computed here in closed form (normal equations), not by baton.
+    at::manual_seed(3);
+    const std::int64_t n = 512, features = 3;
+    baton::TensorDataset train, eval;
+    const at::Tensor w = at::tensor({1.5, -2.0, 0.5}, at::kFloat).reshape({3, 1});
+    auto make = [&](baton::TensorDataset& d, std::int64_t rows) {
+      d.inputs = at::randn({rows, features});
+      d.targets = (at::matmul(d.inputs, w) + 0.25 + 0.1 * at::randn({rows, 1})).reshape({rows});
+    };
+    make(train, n);
+    make(eval, n);
+    baton::ModelSpec spec;
+    spec.name = "mlp";
+    spec.widths = {};
+    spec.input_shape = {features};
+    spec.outputs = 1;
+    auto model = baton::make_model(spec);
+    auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(),
+                                                         torch::optim::SGDOptions(0.05).momentum(0.9));
+    auto options = quiet_options();
+    options.batch_size = 32;
+    options.max_duration = Time(20, TimeUnit::epoch);
+    options.eval_interval = Time(20, TimeUnit::epoch);
+    baton::Trainer trainer(model, optimizer, train, eval, options);
+    const auto result = trainer.fit();
+    REQUIRE_FALSE(result.evals.empty());
+    const auto& metrics = result.evals.back().metrics;
+    REQUIRE(metrics.count("eval/mae") == 1);
+    REQUIRE(metrics.count("eval/rmse") == 1);
+    REQUIRE(metrics.count("eval/r2") == 1);
+    CHECK(metrics.count("eval/accuracy") == 0);
+
+    // Least squares on the training set, evaluated on the eval set.
+    const at::Tensor x1 = at::cat({train.inputs, at::ones({n, 1})}, 1).to(at::kDouble);
+    const at::Tensor y = train.targets.to(at::kDouble).reshape({n, 1});
+    const at::Tensor beta = at::matmul(at::inverse(at::matmul(x1.t(), x1)), at::matmul(x1.t(), y));
+    const at::Tensor e1 = at::cat({eval.inputs, at::ones({n, 1})}, 1).to(at::kDouble);
+    const at::Tensor residual = at::matmul(e1, beta).reshape({n}) - eval.targets.to(at::kDouble);
+    const double best_rmse = residual.pow(2).mean().sqrt().item<double>();
+    const double best_mae = residual.abs().mean().item<double>();
+    const at::Tensor centred = eval.targets.to(at::kDouble) - eval.targets.to(at::kDouble).mean();
+    const double best_r2 = 1.0 - residual.pow(2).sum().item<double>() / centred.pow(2).sum().item<double>();
+    CHECK(best_rmse == doctest::Approx(0.1).epsilon(0.15));  // the noise level
+    CHECK(metrics.at("eval/rmse") == doctest::Approx(best_rmse).epsilon(0.05));
+    CHECK(metrics.at("eval/mae") == doctest::Approx(best_mae).epsilon(0.05));
+    CHECK(metrics.at("eval/r2") == doctest::Approx(best_r2).epsilon(0.002));
+    // The loss is the mean squared error: rmse squared.
+    CHECK(metrics.at("eval/loss") == doctest::Approx(metrics.at("eval/rmse") * metrics.at("eval/rmse")).epsilon(1e-4));
+  }
+
+  TEST_CASE("configured metrics replace the defaults and are logged per pass, in order") {
+    auto options = quiet_options();
+    options.max_duration = Time(1, TimeUnit::epoch);
+    const baton::DataSpec spec = baton::make_synthetic_dataset(4, 1).spec();
+    options.metrics = {{"top_k", baton::components().metrics.find("top_k")->factory(
+                                     baton::PluginConfig::from_toml("k = 10", "top_k"), spec)},
+                       {"accuracy", baton::components().metrics.find("accuracy")->factory(baton::PluginConfig(), spec)}};
+    auto trainer = make_trainer(options);
+    const auto results = trainer->evaluate_standalone();
+    REQUIRE(results.size() == 1);
+    REQUIRE(results[0].metrics.size() == 2);
+    CHECK(results[0].metrics[0].name == "top_k");
+    CHECK(results[0].metrics[0].value == 1.0);  // every class is among the top 10 of 10
+    CHECK(results[0].metric("accuracy") >= 0);
+    CHECK(results[0].metric("accuracy") <= 1);
+    CHECK_THROWS_AS(results[0].metric("f1"), baton::Error);
   }
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "baton/error.h"
@@ -102,6 +103,11 @@ class BATON_API PluginConfig {
   std::string get_text_or(std::string_view key, const std::string& fallback) const {
     return has(key) ? get_text(key) : fallback;
   }
+
+  /// A list of named entries, e.g. metrics = ["accuracy", { name = "top_k", k = 3 }]: each element is a string (a
+  /// name alone) or an inline table with a `name`. Each comes back as its name and a view of its table (empty for
+  /// a string), whose errors name "<key>[i].<key>". Missing: an empty list.
+  std::vector<std::pair<std::string, PluginConfig>> get_entries(std::string_view key) const;
 
   /// Keys in file order.
   std::vector<std::string> keys() const;

@@ -24,6 +24,12 @@ namespace baton {
 
 class Communicator;  // baton/communicator.h: data-parallel collectives on a c10d process group
 
+/// An evaluation metric under the name it is logged as ("<pass>/<name>", e.g. "eval/accuracy").
+struct BATON_API NamedMetric {
+  std::string name;
+  std::shared_ptr<Metric> metric;
+};
+
 struct TrainerOptions {
   Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
@@ -54,6 +60,9 @@ struct TrainerOptions {
   /// Loss of a batch; null: the registered "cross_entropy" when the training data's targets are classes, "mse"
   /// when they are values (DataSpec).
   LossFunction loss;
+  /// Evaluation metrics; empty: the registered defaults for the evaluation data: "accuracy" for class targets,
+  /// "mae", "rmse" and "r2" for values. Each is reduced across data-parallel ranks as sums (Metric).
+  std::vector<NamedMetric> metrics;
   /// For evaluation: which weights a plugin that keeps several sets should use ("", "ema", "raw"); see
   /// State::eval_weights.
   std::string eval_weights;
@@ -63,7 +72,7 @@ struct TrainerOptions {
   std::shared_ptr<Communicator> communicator;
 };
 
-/// One evaluation: its time and metrics ("eval/loss", "eval/accuracy", and whatever plugins logged during it).
+/// One evaluation: its time and metrics ("eval/loss", "eval/<metric>", and whatever plugins logged during it).
 struct EvalRecord {
   Timestamp at;
   std::map<std::string, double> metrics;
@@ -90,8 +99,15 @@ struct FitResult {
 struct EvalResult {
   std::string label;  // the evaluation pass: "eval", or one a plugin added (State::eval_labels)
   double loss = 0;
-  double accuracy = 0;
   std::int64_t samples = 0;
+  struct Value {
+    std::string name;  // the metric's name ("accuracy"), logged as "<label>/<name>"
+    double value = 0;
+    bool higher_is_better = true;
+  };
+  std::vector<Value> metrics;  // in the configured order; the first is the run's main metric
+  /// The value of metric `name`; throws baton::Error when the evaluation has no such metric.
+  double metric(const std::string& name) const;
 };
 
 /// What Trainer::predict returns, on the CPU, in the dataset's order.
