@@ -15,31 +15,18 @@
 #include "baton/components.h"
 #include "baton/error.h"
 #include "components/builtins.h"
+#include "metrics/outputs.h"
 
 namespace baton {
 namespace {
 
-std::string shape_text(const at::Tensor& t) {
-  std::string out = "[";
-  for (std::int64_t i = 0; i < t.dim(); ++i) out += (i ? ", " : "") + std::to_string(t.size(i));
-  return out + "]";
-}
+using metrics_detail::fit_outputs;
+using metrics_detail::shape_text;
 
 /// Reduced-precision outputs (bfloat16, float16) as float32; float32 and float64 as they are.
 at::Tensor at_least_float(const at::Tensor& outputs) {
   const auto type = outputs.scalar_type();
   return type == at::kHalf || type == at::kBFloat16 ? outputs.to(at::kFloat) : outputs;
-}
-
-/// The outputs in the targets' shape: [N, 1] outputs against [N] targets (or any shapes with as many elements and
-/// the same batch size) are viewed as the targets' shape; anything else is an error naming both shapes.
-at::Tensor fit_outputs(const std::string& loss, const at::Tensor& outputs, const at::Tensor& targets) {
-  if (outputs.sizes() == targets.sizes()) return outputs;
-  const bool same_batch = outputs.dim() == 0 || targets.dim() == 0 || outputs.size(0) == targets.size(0);
-  if (outputs.numel() != targets.numel() || !same_batch)
-    throw Error(loss + ": the outputs' shape " + shape_text(outputs) + " does not match the targets' shape " +
-                shape_text(targets));
-  return outputs.reshape(targets.sizes());
 }
 
 /// Outputs (float32 at least) and float targets of the same shape, for the elementwise losses.

@@ -21,32 +21,20 @@
 #include "baton/components.h"
 #include "baton/error.h"
 #include "components/builtins.h"
+#include "metrics/outputs.h"
 
 namespace baton {
 namespace {
 
+using metrics_detail::fit_outputs;
+using metrics_detail::shape_text;
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::string shape_text(const at::Tensor& t) {
-  std::string out = "[";
-  for (std::int64_t i = 0; i < t.dim(); ++i) out += (i ? ", " : "") + std::to_string(t.size(i));
-  return out + "]";
-}
 
 /// A contiguous CPU copy (or the tensor itself when it is one already) of type `type`, detached from autograd.
 at::Tensor cpu(const at::Tensor& t, at::ScalarType type) {
   return t.detach().to(at::kCPU, type).contiguous();
-}
-
-/// The outputs in the targets' shape, as the losses take them: [N, 1] against [N] (any shapes with as many elements
-/// and the same batch size) is viewed as the targets' shape; anything else is an error naming both shapes.
-at::Tensor fit_outputs(const std::string& metric, const at::Tensor& outputs, const at::Tensor& targets) {
-  if (outputs.sizes() == targets.sizes()) return outputs;
-  const bool same_batch = outputs.dim() == 0 || targets.dim() == 0 || outputs.size(0) == targets.size(0);
-  if (outputs.numel() != targets.numel() || !same_batch)
-    throw Error(metric + ": the outputs' shape " + shape_text(outputs) + " does not match the targets' shape " +
-                shape_text(targets));
-  return outputs.reshape(targets.sizes());
 }
 
 /// The predicted class of each sample, int64 [N] on the CPU: the argmax of scores [N, C], or for a single logit

@@ -92,17 +92,5 @@ BATON_API Components& components();
 /// Exports a library that registers components (and is no algorithm or callback): `register_fn`, a function
 /// taking baton::Components&, is called once, when the library is loaded through [[plugins]] (or listed by
 /// `baton plugins`). What it adds is stamped with the library's file and version.
-#define BATON_COMPONENTS(name_, version_, description_, register_fn)                                         \
-  extern "C" BATON_PLUGIN_EXPORT const baton_plugin_info* baton_plugin_entry() {                          \
-    static const baton_plugin_info info = {sizeof(baton_plugin_info),                                     \
-                                           BATON_PLUGIN_ABI_VERSION,                                      \
-                                           name_,                                                         \
-                                           version_,                                                      \
-                                           description_,                                                  \
-                                           TORCH_VERSION,                                                 \
-                                           BATON_CXX11_ABI_VALUE,                                         \
-                                           BATON_PLUGIN_COMPONENTS,                                       \
-                                           nullptr,                                                       \
-                                           &register_fn};                                                 \
-    return &info;                                                                                         \
-  }
+#define BATON_COMPONENTS(name_, version_, description_, register_fn) \
+  BATON_PLUGIN_ENTRY_POINT(name_, version_, description_, BATON_PLUGIN_COMPONENTS, nullptr, &register_fn)

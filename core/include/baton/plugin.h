@@ -110,7 +110,8 @@ constexpr int plugin_kind() {
 }
 }  // namespace baton::detail
 
-#define BATON_PLUGIN(Class, name_, version_, description_)                                                 \
+/// The exported entry point with its info struct; BATON_PLUGIN and BATON_COMPONENTS (baton/components.h) fill it.
+#define BATON_PLUGIN_ENTRY_POINT(name_, version_, description_, kind_, create_, register_)                  \
   extern "C" BATON_PLUGIN_EXPORT const baton_plugin_info* baton_plugin_entry() {                          \
     static const baton_plugin_info info = {sizeof(baton_plugin_info),                                     \
                                            BATON_PLUGIN_ABI_VERSION,                                      \
@@ -119,8 +120,12 @@ constexpr int plugin_kind() {
                                            description_,                                                  \
                                            TORCH_VERSION,                                                 \
                                            BATON_CXX11_ABI_VALUE,                                         \
-                                           ::baton::detail::plugin_kind<Class>(),                         \
-                                           &::baton::detail::create_plugin<Class>,                        \
-                                           nullptr};                                                      \
+                                           kind_,                                                         \
+                                           create_,                                                       \
+                                           register_};                                                    \
     return &info;                                                                                         \
   }
+
+#define BATON_PLUGIN(Class, name_, version_, description_)                                     \
+  BATON_PLUGIN_ENTRY_POINT(name_, version_, description_, ::baton::detail::plugin_kind<Class>(), \
+                           &::baton::detail::create_plugin<Class>, nullptr)
