@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages baton needs (Debian 12 and 13 name them alike), only those that are missing. Safe to
-# run again. python3-torch brings torchrun, which the distributed tests run baton under.
+# run again. python3-torch brings torchrun, which the distributed tests run baton under; python3-sklearn the CSV
+# data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit).
 set -euo pipefail
 
 packages=(
@@ -8,7 +9,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   libtomlplusplus-dev doctest-dev libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev
-  dataset-fashion-mnist python3 python3-torch
+  dataset-fashion-mnist python3 python3-torch python3-sklearn
 )
 
 missing=()

@@ -419,6 +419,59 @@ TEST_SUITE("cli") {
     check_error("metrics = \"accuracy\"", "error: bad.toml:12:11: data.metrics: expected a name or a table with a name");
   }
 
+  TEST_CASE("configs/diabetes.toml: the csv regression fits to the least-squares optimum, computed by numpy") {
+    auto dir = scratch("diabetes");
+    const std::string config = std::string(BATON_SOURCE_DIR) + "/configs/diabetes.toml";
+    // Evaluated on the training rows themselves (eval_fraction 0), so the best a linear model can do there is the
+    // least-squares fit of the whole file.
+    auto train = run_baton(dir, {"train", config, "--set", "data.eval_fraction=0", "--set", "run.dir=runs"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    nlohmann::json last;
+    std::istringstream lines(read_bytes(dir / "runs" / "diabetes" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.contains("eval/rmse")) last = record;
+    }
+    REQUIRE(last.contains("eval/r2"));
+    // numpy's least squares (with an intercept) on the same files: rmse, mae and r2 of the optimum.
+    const std::string script =
+        "import numpy as np\n"
+        "d = '/usr/lib/python3/dist-packages/sklearn/datasets/data/'\n"
+        "X = np.loadtxt(d + 'diabetes_data_raw.csv.gz'); y = np.loadtxt(d + 'diabetes_target.csv.gz')\n"
+        "A = np.hstack([X, np.ones((len(X), 1))]); b = np.linalg.lstsq(A, y, rcond=None)[0]; r = A @ b - y\n"
+        "print(np.sqrt((r ** 2).mean()), np.abs(r).mean(), 1 - (r ** 2).sum() / ((y - y.mean()) ** 2).sum())\n";
+    write(dir / "lstsq.py", script);
+    const std::string command = "cd '" + dir.string() + "' && /usr/bin/python3 lstsq.py > lstsq.txt 2>&1";
+    REQUIRE(std::system(command.c_str()) == 0);
+    std::istringstream optimum(read_bytes(dir / "lstsq.txt"));
+    double rmse = 0, mae = 0, r2 = 0;
+    optimum >> rmse >> mae >> r2;
+    REQUIRE(rmse > 50);  // the data's known scale: about 53.5
+    const double got = last["eval/rmse"].get<double>();
+    CHECK(got >= rmse * (1 - 1e-4));  // no linear model beats least squares on its own data
+    CHECK(got <= rmse * 1.005);
+    CHECK(last["eval/mae"].get<double>() == doctest::Approx(mae).epsilon(0.01));
+    CHECK(last["eval/r2"].get<double>() == doctest::Approx(r2).epsilon(0.01));
+    CHECK(last["eval/r2"].get<double>() <= r2 + 1e-4);
+  }
+
+  TEST_CASE("configs/breast_cancer.toml: a binary classification from a csv file with accuracy and f1") {
+    auto dir = scratch("breast-cancer");
+    auto train = run_baton(dir, {"train", std::string(BATON_SOURCE_DIR) + "/configs/breast_cancer.toml", "--set",
+                                 "run.dir=runs"});
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    CHECK(contains(train.out, "eval/f1"));
+    nlohmann::json last;
+    std::istringstream lines(read_bytes(dir / "runs" / "breast_cancer" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.contains("eval/f1")) last = record;
+    }
+    // A small mlp separates the classes well (published results for this set are around 0.95 to 0.98).
+    CHECK(last["eval/accuracy"].get<double>() > 0.93);
+    CHECK(last["eval/f1"].get<double>() > 0.93);
+  }
+
   TEST_CASE("a plugin that throws something other than a std::exception is reported naming the plugin and call") {
     auto dir = scratch("throws-int");
     auto config = [&](const std::string& in) {

@@ -5,9 +5,21 @@
 #include <memory>
 #include <string>
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/where.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <vector>
+
 #include "baton/builtin_datasets.h"
 #include "baton/components.h"
 #include "components/builtins.h"
+#include "data/csv.h"
+#include "data/random.h"
 
 namespace baton {
 namespace {
@@ -70,9 +82,166 @@ DatasetSplits make_synthetic(const PluginConfig& config, const DatasetContext& c
   return splits;
 }
 
+// ---- csv ----
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+csv::Format read_format(const PluginConfig& config) {
+  csv::Format format;
+  const std::string delimiter = config.get_text_or("delimiter", ",");
+  if (delimiter == "whitespace")
+    format.delimiter = '\0';
+  else if (delimiter.size() == 1)
+    format.delimiter = delimiter[0];
+  else
+    config.fail("delimiter", "expected one character (\",\", \";\", \"\\t\") or \"whitespace\", got \"" + delimiter + "\"");
+  const std::string header = config.get_choice_or("header", "names", {"names", "none", "skip"});
+  format.header = header == "names" ? csv::Header::names : header == "none" ? csv::Header::none : csv::Header::skip;
+  return format;
+}
+
+// `target` as a column name or an index; TOML may give either a string or an integer.
+std::string read_target(const PluginConfig& config) {
+  if (!config.has("target")) return "-1";
+  try {
+    return config.get<std::string>("target");
+  } catch (const ConfigError&) {
+    return std::to_string(config.get<std::int64_t>("target"));
+  }
+}
+
+csv::Table read_csv(const PluginConfig& config, const std::string& key, const csv::Format& format) {
+  try {
+    return csv::read_table(config.get_text(key), format);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    config.fail(key, e.what());
+  }
+}
+
+// A table split into input columns and one target column, as tensors.
+struct Columns {
+  at::Tensor inputs;   // float32 [N, F]
+  at::Tensor targets;  // float64 [N], converted by the task below
+  std::vector<std::string> input_names;
+};
+
+Columns columns_of(const csv::Table& table, const csv::Table* target_table, std::size_t target,
+                   const PluginConfig& config) {
+  const csv::Table& targets_from = target_table ? *target_table : table;
+  if (target_table && target_table->rows != table.rows)
+    config.fail("target_path", "holds " + std::to_string(target_table->rows) + " rows, but path holds " +
+                                   std::to_string(table.rows));
+  Columns out;
+  for (std::size_t c = 0; c < table.names.size(); ++c)
+    if (target_table || c != target) out.input_names.push_back(table.names[c]);
+  if (out.input_names.empty()) config.fail("path", "has no input columns besides the target");
+  const auto rows = table.rows;
+  const auto features = static_cast<std::int64_t>(out.input_names.size());
+  out.inputs = at::empty({rows, features}, at::kFloat);
+  out.targets = at::empty({rows}, at::kDouble);
+  float* in = out.inputs.data_ptr<float>();
+  double* t = out.targets.data_ptr<double>();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < table.names.size(); ++c)
+      if (target_table || c != target) *in++ = static_cast<float>(table.at(r, c));
+    t[r] = targets_from.at(r, target);
+  }
+  return out;
+}
+
+TensorDataset to_dataset(const Columns& columns, const at::Tensor& rows, bool classification,
+                         std::int64_t num_classes, const std::string& name) {
+  TensorDataset data;
+  data.name = name;
+  data.inputs = columns.inputs.index_select(0, rows).contiguous();
+  const at::Tensor targets = columns.targets.index_select(0, rows);
+  data.targets = classification ? targets.to(at::kLong) : targets.to(at::kFloat);
+  data.num_classes = classification ? num_classes : 0;
+  return data;
+}
+
+DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context) {
+  const csv::Format format = read_format(config);
+  const bool classification = config.get_choice("task", {"classification", "regression"}) == "classification";
+  const std::string target_name = read_target(config);
+  const csv::Table table = read_csv(config, "path", format);
+  csv::Table target_table;
+  const bool separate_targets = config.has("target_path");
+  if (separate_targets) target_table = read_csv(config, "target_path", format);
+  std::size_t target = 0;
+  try {
+    target = csv::find_column(separate_targets ? target_table : table, target_name,
+                              config.get_text(separate_targets ? "target_path" : "path"));
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    config.fail("target", e.what());
+  }
+  Columns all = columns_of(table, separate_targets ? &target_table : nullptr, target, config);
+
+  // Class targets: whole numbers from 0; the classes are 0 .. the largest.
+  std::int64_t num_classes = 0;
+  if (classification) {
+    const double* t = all.targets.data_ptr<double>();
+    for (std::int64_t r = 0; r < table.rows; ++r) {
+      if (t[r] < 0 || t[r] != std::floor(t[r]))
+        config.fail("task", "classification needs class numbers 0, 1, 2, ... in the target column, but row " +
+                                std::to_string(r + 1) + " holds " + number_text(t[r]) +
+                                " (for values, set task = \"regression\")");
+      num_classes = std::max(num_classes, static_cast<std::int64_t>(t[r]) + 1);
+    }
+  }
+
+  // A seeded split (the files hold no split of their own): eval_fraction of the rows, drawn from the run's seed.
+  // 0 evaluates on the training rows themselves (the fit, not generalisation).
+  const double fraction = config.get_number_or("eval_fraction", 0.2, Range::half_open(0, 1));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(table.rows));
+  std::iota(order.begin(), order.end(), 0);
+  detail::PortableRandom random(context.seed ^ 0xc5f0u);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[random.below(i)]);
+  const auto eval_rows = static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(table.rows)));
+  if (fraction > 0 && (eval_rows == 0 || eval_rows == table.rows))
+    config.fail("eval_fraction", "leaves " + std::string(eval_rows == 0 ? "no evaluation" : "no training") +
+                                     " rows of " + std::to_string(table.rows));
+  const auto index = [&](std::int64_t from, std::int64_t to) {
+    at::Tensor rows = at::empty({to - from}, at::kLong);
+    std::copy(order.begin() + from, order.begin() + to, rows.data_ptr<std::int64_t>());
+    return rows;
+  };
+  const at::Tensor train_rows = index(0, table.rows - eval_rows);
+  const at::Tensor eval_rows_index = fraction > 0 ? index(table.rows - eval_rows, table.rows) : train_rows;
+
+  // Inputs standardised with the training rows' mean and standard deviation (a constant column is only centred),
+  // so that one learning rate suits columns of any scale.
+  if (config.get_or<bool>("standardize", true)) {
+    const at::Tensor train_inputs = all.inputs.index_select(0, train_rows);
+    const at::Tensor mean = train_inputs.mean(0);
+    at::Tensor std = train_inputs.std(0, /*unbiased=*/false);
+    std = at::where(std > 0, std, at::ones_like(std));
+    all.inputs = (all.inputs - mean) / std;
+  }
+  DatasetSplits splits;
+  if (context.need_train)
+    splits.train = std::make_shared<TensorDataset>(to_dataset(all, train_rows, classification, num_classes, "csv/train"));
+  splits.eval = std::make_shared<TensorDataset>(
+      to_dataset(all, eval_rows_index, classification, num_classes, fraction > 0 ? "csv/eval" : "csv/train"));
+  return splits;
+}
+
 }  // namespace
 
 void register_builtin_datasets(Components& components) {
+  components.datasets.add("csv",
+                          "a numeric table from a CSV file (gzip too): path, task (classification | regression), "
+                          "target (name or index, default the last), header, delimiter, target_path, eval_fraction, "
+                          "standardize",
+                          &make_csv);
   components.datasets.add("fashion-mnist",
                           "Fashion-MNIST from IDX files (path default /usr/share/datasets/fashion-mnist); "
                           "train_subset, eval_subset",

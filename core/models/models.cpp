@@ -131,7 +131,7 @@ void check_convnet_shape(const ModelSpec& spec, const std::vector<std::int64_t>&
 
 torch::nn::AnyModule make_model(const ModelSpec& spec) {
   if (spec.name == "mlp") {
-    const auto widths = spec.widths.empty() ? std::vector<std::int64_t>{256, 128} : spec.widths;
+    const auto& widths = spec.widths;  // empty: no hidden layer, a linear model
     check_spec(spec, widths);
     return torch::nn::AnyModule(Mlp(spec, widths));
   }

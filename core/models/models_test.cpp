@@ -49,8 +49,9 @@ TEST_SUITE("models") {
     }
   }
 
-  TEST_CASE("the default mlp has the hand-computed parameter count and readable names") {
-    auto model = make_model(spec_named("mlp"));
+  TEST_CASE("an mlp of 256-128 has the hand-computed parameter count and readable names; without widths it is linear") {
+    CHECK(parameter_count(make_model(spec_named("mlp"))) == 784 * 10 + 10);
+    auto model = make_model(spec_named("mlp", {256, 128}));
     CHECK(parameter_count(model) == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
     const auto shapes = parameter_shapes(model);
     CHECK(shapes.size() == 6);

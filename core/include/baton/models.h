@@ -17,7 +17,8 @@ namespace baton {
 
 struct BATON_API ModelSpec {
   std::string name = "convnet";       // mlp | convnet
-  std::vector<std::int64_t> widths;   // empty: the model's default (mlp {256, 128}, convnet {32, 64})
+  std::vector<std::int64_t> widths;   // mlp: hidden widths, empty for a linear model; convnet: block channels,
+                                      // empty for the default {32, 64}
   std::vector<std::int64_t> input_shape = {1, 28, 28};  // one sample's (convnet: channels, height, width)
   std::int64_t outputs = 10;                            // per sample: classes, or values to regress
   double dropout = 0;  // in [0, 1): dropout after each hidden ReLU of the mlp / the convnet's classifier, in training
