@@ -283,6 +283,30 @@ def check_docs_example(args, prefix, scratch, run_root):
           f"every = \"0ba\": expected exit 2 and a configuration error, got exit {status}: {err!r}")
 
 
+def check_embedding(args, prefix, scratch):
+    """examples/embed as a project of its own (docs/embedding.md shows its CMakeLists.txt word for word): built
+    against the installed package, it trains a torch::nn::Sequential with the installed EMA plugin, which it loads
+    by name through PluginLoader, and exits 0 only at 90 % accuracy."""
+    source = args.source_dir / "examples/embed"
+    cmake_text = (source / "CMakeLists.txt").read_text()
+    docs = (args.source_dir / "docs/embedding.md").read_text()
+    check("```cmake\n" + cmake_text + "```" in docs,
+          "docs/embedding.md does not show examples/embed/CMakeLists.txt as it is")
+    project = scratch / "embed"
+    project.mkdir()
+    for name in ("CMakeLists.txt", "embed.cpp"):
+        shutil.copy(source / name, project / name)
+    run(["cmake", "-S", project, "-B", project / "build", f"-DCMAKE_PREFIX_PATH={prefix}",
+         f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
+    run(["cmake", "--build", project / "build", "-j1"], env=user_env())
+    status, out, err = run([project / "build/spirals"], cwd=scratch, env=user_env(), expect=None)
+    check(status == 0, f"the embedding program exited with {status}: {out[-2000:]} {err[-2000:]}")
+    loaded = next((l for l in out.splitlines() if l.startswith("loaded ema")), "")
+    check(str(prefix / "lib/baton/plugins/ema.so") in loaded,
+          f"the embedding program did not load the installed EMA plugin: {loaded!r}")
+    check("final eval accuracy" in out, f"the embedding program did not report its accuracy: {out[-500:]!r}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", required=True, type=Path)
@@ -324,6 +348,7 @@ def main():
     check_config_errors(prefix, run_root, plugin_dir)
     check_plugin_dir_variable(args, prefix, scratch)
     check_docs_example(args, prefix, scratch, run_root)
+    check_embedding(args, prefix, scratch)
 
     print(f"sdk_install: {len(failures)} failed checks, {time.monotonic() - started:.0f} s", flush=True)
     return 1 if failures else 0

@@ -143,7 +143,8 @@ int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::s
   for (const auto& result : results) {
     std::string values = "loss " + fixed(result.loss);
     for (const auto& metric : result.metrics) values += " " + metric.name + " " + fixed(metric.value);
-    std::printf("checkpoint %s: %s %s (%lld samples)\n", checkpoint.c_str(), result.label.c_str(), values.c_str(),
+    const std::string pass = result.set.empty() ? result.label : result.label + "/" + result.set;
+    std::printf("checkpoint %s: %s %s (%lld samples)\n", checkpoint.c_str(), pass.c_str(), values.c_str(),
                 static_cast<long long>(result.samples));
   }
   return 0;

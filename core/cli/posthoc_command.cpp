@@ -81,7 +81,7 @@ SweepRow evaluate(const RunConfig& config, const RunOptions& options, const post
   auto run = build_run(config, options);
   load_into(run->trainer->model(), result.tensors);
   for (const auto& eval : run->trainer->evaluate_standalone())
-    if (eval.label == "eval") return {sigma_rel, eval};
+    if (eval.label == "eval" && eval.set.empty()) return {sigma_rel, eval};
   throw Error("the evaluation of sigma_rel " + std::to_string(sigma_rel) + " returned no 'eval' result");
 }
 

@@ -14,6 +14,7 @@ Components& components() {
     // (a plugin library's, when its registration function is the first to use them).
     ComponentOriginScope builtin(ComponentOrigin{});
     register_builtin_models(*c);
+    register_torchscript_model(*c);
     register_builtin_datasets(*c);
     register_builtin_optimizers(*c);
     register_builtin_schedulers(*c);

@@ -38,7 +38,7 @@ std::string model_error(const std::string& text) {
 TEST_SUITE("components") {
   TEST_CASE("the built-ins are registered under their names") {
     const Components& c = components();
-    CHECK(c.models.names() == std::vector<std::string>{"convnet", "mlp"});
+    CHECK(c.models.names() == std::vector<std::string>{"convnet", "mlp", "torchscript"});
     CHECK(c.datasets.find("fashion-mnist") != nullptr);
     CHECK(c.datasets.find("synthetic") != nullptr);
     CHECK(c.optimizers.names() == std::vector<std::string>{"adam", "adamw", "sgd"});

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string_view> kSections = {"run",     "data",       "model",       "optimizer", "scheduler",
                                                  "loss",    "trainer",    "checkpoint",  "distributed", "plugins",
-                                                 "plugin_search"};
+                                                 "plugin_search", "eval"};
 
 std::string join(const std::vector<std::string_view>& items, std::string_view quote = "") {
   std::string out;
@@ -213,6 +213,55 @@ std::vector<PluginEntry> read_plugins(toml::table& root, const Context& ctx) {
   return plugins;
 }
 
+// [[eval]]: extra evaluation sets. The generic keys are read here; a set's own dataset and its metrics read theirs
+// when the run is built, as [data]'s do.
+EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<EvalEntry>& earlier, const Context& ctx) {
+  EvalEntry entry;
+  entry.where = location_of(table, ctx.file);
+  const std::string section = "eval." + std::to_string(index);
+  const PluginConfig s = make_section_config(std::move(table), section, ctx.file, entry.where);
+  const std::vector<std::string> known = {"name", "data", "split", "metrics", "interval"};
+  for (const auto& key : s.keys())
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      s.fail(key, "unknown key '" + key + "' for [[eval]]; it reads data, interval, metrics, name, split");
+  entry.name = s.get_text("name");
+  if (entry.name == "eval")
+    s.fail("name", "\"eval\" names the evaluation split of [data]; give this set another name");
+  if (entry.name.find_first_of("/ ") != std::string::npos)
+    s.fail("name", "expected a name without '/' or spaces (it is part of metric names), got " + quote(entry.name));
+  for (const auto& other : earlier)
+    if (other.name == entry.name) s.fail("name", "another [[eval]] is named " + quote(entry.name) + " already");
+  if (s.has("data")) {
+    entry.own_data = true;
+    entry.data.config = s.get<PluginConfig>("data");
+    entry.data.name = entry.data.config.get_text("name");
+  }
+  entry.split = s.get_choice_or("split", entry.split, {"eval", "train"});
+  for (auto& [name, view] : s.get_entries("metrics")) entry.metrics.push_back(ComponentSection{name, view});
+  if (s.has("interval"))
+    entry.interval = read_time(s, "interval", Time(), {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration},
+                               TimeZero::allowed);
+  return entry;
+}
+
+std::vector<EvalEntry> read_evals(toml::table& root, const Context& ctx) {
+  toml::node* node = root.get("eval");
+  if (node == nullptr) return {};
+  toml::array* array = node->as_array();
+  if (array == nullptr)
+    throw ConfigError(location_of(*node, ctx.file), "eval",
+                      "expected an array of tables ([[eval]]), got " + describe(*node));
+  std::vector<EvalEntry> evals;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    toml::table* table = (*array)[i].as_table();
+    if (table == nullptr)
+      throw ConfigError(location_of((*array)[i], ctx.file), "eval." + std::to_string(i),
+                        "expected a table, got " + describe((*array)[i]));
+    evals.push_back(read_eval(*table, i, evals, ctx));
+  }
+  return evals;
+}
+
 void reject_unknown_sections(const toml::table& root, const Context& ctx) {
   for (const auto& [key, node] : root) {
     if (std::find(kSections.begin(), kSections.end(), key.str()) == kSections.end())
@@ -236,7 +285,10 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   };
   section("run", [&](const PluginConfig& s) { read_run(s, config.run); }, true);
   section("data", [&](const PluginConfig& s) { read_data(s, config.data); }, false);
-  section("model", [&](const PluginConfig& s) { read_component(s, config.model, "convnet"); }, false);
+  section("model", [&](const PluginConfig& s) {
+    // [model] torchscript = "file.pt" names the model by its file alone.
+    read_component(s, config.model, s.has("torchscript") ? "torchscript" : "convnet");
+  }, false);
   section("optimizer", [&](const PluginConfig& s) { read_component(s, config.optimizer, "sgd"); }, false);
   section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);
   section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
@@ -244,6 +296,7 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   section("checkpoint", [&](const PluginConfig& s) { read_checkpoint(s, config.checkpoint); }, true);
   section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed); }, true);
   section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
+  config.evals = read_evals(root, ctx);
   config.plugins = read_plugins(root, ctx);
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = (fs::path(config.run.dir) / config.run.name / "checkpoints").string();

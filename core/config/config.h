@@ -4,6 +4,7 @@
 // Nothing falls back to a default silently when a key is present with the wrong type.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,18 @@ struct PluginEntry {
   SourceLocation key_where;  // where that key's value is
 };
 
+/// One [[eval]] table: an evaluation set besides [data]'s (Composer's Evaluator), logged as
+/// "<pass>/<name>/<metric>" ("eval/train/accuracy").
+struct EvalEntry {
+  std::string name;                       // unique, not "eval"
+  bool own_data = false;                  // data = { name = "...", ... } given: a dataset of its own
+  ComponentSection data;                  // that dataset (its keys are read when the run is built)
+  std::string split = "eval";             // eval | train: which split of the dataset
+  std::vector<ComponentSection> metrics;  // empty: [data] metrics, or the data's defaults
+  std::optional<Time> interval;           // none: trainer.eval_interval
+  SourceLocation where;                   // where the [[eval]] table starts
+};
+
 struct RunConfig {
   std::string source;  // the file name (or "<string>")
   RunSection run;
@@ -80,6 +93,7 @@ struct RunConfig {
   TrainerSection trainer;
   CheckpointSection checkpoint;
   DistributedSection distributed;
+  std::vector<EvalEntry> evals;  // [[eval]], in file order
   std::vector<PluginEntry> plugins;
   std::vector<std::string> plugin_search_paths;  // [plugin_search] paths, relative to the config file's folder
   bool allow_insecure_plugins = false;           // [plugin_search] allow_insecure

@@ -500,4 +500,49 @@ path = "lib/libmine.so"
     }
     CHECK(checked > 0);
   }
+
+  TEST_CASE("[[eval]]: sets with a name, their own data or a split of [data], metrics and an interval") {
+    const RunConfig config = parse(
+        "[[eval]]\nname = \"train\"\nsplit = \"train\"\ninterval = \"2ep\"\n"
+        "[[eval]]\nname = \"mnist\"\nmetrics = [\"accuracy\", { name = \"top_k\", k = 2 }]\n"
+        "data = { name = \"mnist\", eval_subset = 100 }\n");
+    REQUIRE(config.evals.size() == 2);
+    CHECK(config.evals[0].name == "train");
+    CHECK(config.evals[0].split == "train");
+    CHECK_FALSE(config.evals[0].own_data);
+    REQUIRE(config.evals[0].interval.has_value());
+    CHECK(*config.evals[0].interval == Time(2, TimeUnit::epoch));
+    CHECK(config.evals[0].metrics.empty());
+    CHECK(config.evals[1].split == "eval");
+    CHECK(config.evals[1].own_data);
+    CHECK(config.evals[1].data.name == "mnist");
+    CHECK(config.evals[1].data.config.get<std::int64_t>("eval_subset") == 100);
+    REQUIRE(config.evals[1].metrics.size() == 2);
+    CHECK(config.evals[1].metrics[1].name == "top_k");
+    CHECK_FALSE(config.evals[1].interval.has_value());
+  }
+
+  TEST_CASE("[[eval]] errors name the entry's key and line") {
+    auto f = failure("[[eval]]\nsplit = \"train\"\n");
+    CHECK(f.key == "eval.0.name");
+    f = failure("[[eval]]\nname = \"eval\"\n");
+    CHECK(f.key == "eval.0.name");
+    CHECK(contains(f.what, "names the evaluation split of [data]"));
+    f = failure("[[eval]]\nname = \"a\"\n[[eval]]\nname = \"a\"\n");
+    CHECK(f.key == "eval.1.name");
+    CHECK(f.line == 4);
+    CHECK(contains(f.what, "another [[eval]] is named \"a\""));
+    f = failure("[[eval]]\nname = \"a/b\"\n");
+    CHECK(contains(f.what, "without '/'"));
+    f = failure("[[eval]]\nname = \"a\"\nsplit = \"test\"\n");
+    CHECK(f.key == "eval.0.split");
+    CHECK(f.line == 3);
+    f = failure("[[eval]]\nname = \"a\"\nintervall = \"1ep\"\n");
+    CHECK(f.key == "eval.0.intervall");
+    CHECK(contains(f.what, "it reads data, interval, metrics, name, split"));
+    f = failure("[[eval]]\nname = \"a\"\ninterval = \"3sp\"\n");
+    CHECK(f.key == "eval.0.interval");
+    f = failure("eval = 3\n");
+    CHECK(f.key == "eval");
+  }
 }

@@ -209,6 +209,11 @@ DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context
   if (fraction > 0 && (eval_rows == 0 || eval_rows == table.rows))
     config.fail("eval_fraction", "leaves " + std::string(eval_rows == 0 ? "no evaluation" : "no training") +
                                      " rows of " + std::to_string(table.rows));
+  // Each split keeps the file's row order (the draw only decides membership): evaluation and prediction then list
+  // rows as the file has them, and the sampler shuffles training anyway.
+  const auto split_at = order.begin() + (table.rows - eval_rows);
+  std::sort(order.begin(), split_at);
+  std::sort(split_at, order.end());
   const auto index = [&](std::int64_t from, std::int64_t to) {
     at::Tensor rows = at::empty({to - from}, at::kLong);
     std::copy(order.begin() + from, order.begin() + to, rows.data_ptr<std::int64_t>());

@@ -21,7 +21,8 @@
 namespace baton {
 
 Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-                     torch::nn::AnyModule& model, const Dataset& data, LossFunction loss)
+                     const Model& model, const Dataset& data, LossFunction loss, std::vector<NamedMetric> metrics,
+                     std::string set, std::vector<EvalRecord>& history)
     : state_(state),
       engine_(engine),
       logger_(logger),
@@ -29,7 +30,23 @@ Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const Trai
       model_(model),
       data_(data),
       loss_(std::move(loss)),
-      metrics_(options.metrics.empty() ? default_metrics(data.spec()) : options.metrics) {}
+      metrics_(metrics.empty() ? default_metrics(data.spec()) : std::move(metrics)),
+      set_(std::move(set)),
+      history_(history) {}
+
+std::string Evaluator::key(const std::string& label, const std::string& name) const {
+  return set_.empty() ? label + "/" + name : label + "/" + set_ + "/" + name;
+}
+
+bool Evaluator::owns(const std::string& metric) const {
+  // Pass labels are "eval" and what plugins add ("eval_raw"): one path segment, then the set's, then the metric.
+  if (metric.rfind("eval", 0) != 0) return false;
+  const std::size_t first = metric.find('/');
+  if (first == std::string::npos) return false;
+  const std::string rest = metric.substr(first + 1);
+  if (set_.empty()) return rest.find('/') == std::string::npos;
+  return rest.rfind(set_ + "/", 0) == 0 && rest.find('/', set_.size() + 1) == std::string::npos;
+}
 
 std::vector<NamedMetric> Evaluator::default_metrics(const DataSpec& spec) {
   std::vector<NamedMetric> out;
@@ -104,7 +121,8 @@ EvalResult Evaluator::pass(const std::string& label) {
   result.label = label;
   result.samples = seen;
   result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
-  logger_.log_metric(label + "/loss", result.loss);
+  result.set = set_;
+  logger_.log_metric(key(label, "loss"), result.loss);
   std::size_t at = 2;
   for (const auto& m : metrics_) {
     const std::size_t count = m.metric->sums().size();
@@ -112,7 +130,7 @@ EvalResult Evaluator::pass(const std::string& label) {
                                    sums.begin() + static_cast<std::ptrdiff_t>(at + count));
     at += count;
     result.metrics.push_back(EvalResult::Value{m.name, m.metric->compute(mine), m.metric->higher_is_better()});
-    logger_.log_metric(label + "/" + m.name, result.metrics.back().value);
+    logger_.log_metric(key(label, m.name), result.metrics.back().value);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine_.fire(Event::eval_end);
@@ -121,24 +139,28 @@ EvalResult Evaluator::pass(const std::string& label) {
   for (const auto& value : result.metrics) own += "  " + value.name + " " + format_number(value.value);
   for (const auto& [name, value] : logger_.end_capture()) {
     const bool evaluator_logged =
-        name == label + "/loss" || std::any_of(result.metrics.begin(), result.metrics.end(),
-                                               [&](const EvalResult::Value& v) { return name == label + "/" + v.name; });
+        name == key(label, "loss") ||
+        std::any_of(result.metrics.begin(), result.metrics.end(),
+                    [&](const EvalResult::Value& v) { return name == key(label, v.name); });
     if (!evaluator_logged) plugin_metrics += "  " + name + " " + format_number(value);
   }
   if (!options_.quiet)
-    logger_.info("[" + format_timestamp(state_.progress.now) + "] " + label + ": " + own + plugin_metrics + "  (" +
+    logger_.info("[" + format_timestamp(state_.progress.now) + "] " + (set_.empty() ? label : label + "/" + set_) +
+                 ": " + own + plugin_metrics + "  (" +
                  std::to_string(seen) +
                  " samples, " + format_number(seconds, 1) + " s)");
   return result;
 }
 
 std::vector<EvalResult> Evaluator::run() {
+  state_.eval_set = set_;  // from eval_before_all to eval_after_all
   engine_.fire(Event::eval_before_all);
   std::vector<EvalResult> results;
   const std::vector<std::string> labels = state_.eval_labels;  // a change mid-evaluation affects the next one
   for (const auto& label : labels) results.push_back(pass(label));
   state_.eval_label.clear();
   engine_.fire(Event::eval_after_all);
+  state_.eval_set.clear();
   logger_.flush();
   return results;
 }
@@ -194,12 +216,17 @@ void Evaluator::run_in_fit() {
   record.at = state_.progress.now;
   for (const auto& [name, value] : state_.metrics) {
     auto it = before.find(name);
-    const bool is_eval_metric = name.rfind("eval", 0) == 0;
-    if (is_eval_metric || it == before.end() || it->second != value) record.metrics[name] = value;
+    // Its own metrics even when a value repeats; another set's only when logged during this evaluation.
+    if (owns(name) || it == before.end() || it->second != value) record.metrics[name] = value;
   }
-  // A run resumed at its very end evaluates again where its history's last evaluation was: one row per point.
-  if (!history_.empty() && history_.back().at.batch == record.at.batch) history_.pop_back();
-  history_.push_back(std::move(record));
+  // One row per point of the run: the sets evaluated at the same batch share it, and a run resumed at its very
+  // end, evaluating again where its history's last evaluation was, updates that row.
+  if (!history_.empty() && history_.back().at.batch == record.at.batch) {
+    for (auto& [name, value] : record.metrics) history_.back().metrics[name] = value;
+    history_.back().at = record.at;
+  } else {
+    history_.push_back(std::move(record));
+  }
   last_batch_ = state_.progress.now.batch;
 }
 

@@ -16,8 +16,12 @@ class RunLogger;
 
 class Evaluator {
  public:
-  Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-            torch::nn::AnyModule& model, const Dataset& data, LossFunction loss);
+  /// `set`: empty for the main evaluation set ([data]'s, metrics "<pass>/<metric>"), else an extra set's name
+  /// (metrics "<pass>/<set>/<metric>"). `metrics` empty: the defaults for `data`. Every evaluator of a trainer
+  /// records into the same `history`, one record per point of the run.
+  Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options, const Model& model,
+            const Dataset& data, LossFunction loss, std::vector<NamedMetric> metrics, std::string set,
+            std::vector<EvalRecord>& history);
 
   bool has_data() const { return data_.size() > 0; }
   /// Every pass of State::eval_labels; one result per pass.
@@ -30,10 +34,9 @@ class Evaluator {
   void run_in_fit();
   /// The batch count of the last evaluation in fit, -1 before any.
   std::int64_t last_batch() const { return last_batch_; }
-  /// The run's evaluations so far, oldest first.
-  const std::vector<EvalRecord>& history() const { return history_; }
   /// A resumed run's earlier evaluations, read back from its metrics.jsonl up to the resume point.
   void load_history(const std::string& metrics_path, std::int64_t resumed_at);
+  const std::string& set() const { return set_; }
   /// The metrics each pass computes, in order.
   const std::vector<NamedMetric>& metrics() const { return metrics_; }
   /// accuracy for class targets; mae, rmse, r2 for values; none for an empty set.
@@ -41,16 +44,21 @@ class Evaluator {
 
  private:
   EvalResult pass(const std::string& label);
+  /// "<label>/<name>", or "<label>/<set>/<name>" for an extra set.
+  std::string key(const std::string& label, const std::string& name) const;
+  /// Whether a logged metric is one this evaluator computes (of any pass label).
+  bool owns(const std::string& metric) const;
 
   State& state_;
   Engine& engine_;
   RunLogger& logger_;
   const TrainerOptions& options_;
-  torch::nn::AnyModule& model_;
+  const Model& model_;
   const Dataset& data_;
   LossFunction loss_;
   std::vector<NamedMetric> metrics_;
-  std::vector<EvalRecord> history_;
+  std::string set_;
+  std::vector<EvalRecord>& history_;
   std::int64_t last_batch_ = -1;
 };
 

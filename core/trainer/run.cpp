@@ -87,6 +87,52 @@ void check_machine(const RunConfig& config) {
   }
 }
 
+namespace {
+
+std::vector<NamedMetric> build_metrics(const std::vector<ComponentSection>& sections, const std::string& key,
+                                       const DataSpec& spec) {
+  std::vector<NamedMetric> built;
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    const ComponentSection& metric = sections[i];
+    const std::string entry = key + "[" + std::to_string(i) + "]";
+    for (const auto& earlier : built)
+      if (earlier.name == metric.name)
+        throw ConfigError(metric.config.where("name"), entry,
+                          "metric '" + metric.name + "' is listed twice (each is logged under its name)");
+    built.push_back(NamedMetric{metric.name, build_component(components().metrics, metric, entry, spec)});
+  }
+  return built;
+}
+
+// An [[eval]] set: a split of its own dataset or of [data]'s, with its metrics ([data]'s when it names none; each
+// set gets instances of its own, since a metric keeps running sums).
+EvalSet build_eval_set(const RunConfig& config, std::size_t index, const DatasetSplits& run_data,
+                       DatasetContext context) {
+  const EvalEntry& entry = config.evals[index];
+  const std::string key = "eval." + std::to_string(index);
+  EvalSet set;
+  set.name = entry.name;
+  set.interval = entry.interval;
+  const bool train_split = entry.split == "train";
+  if (entry.own_data) {
+    context.need_train = train_split;
+    const DatasetSplits splits = build_component(components().datasets, entry.data, key + ".data", context);
+    set.data = train_split ? splits.train : splits.eval;
+  } else {
+    set.data = train_split ? run_data.train : run_data.eval;
+  }
+  const std::string dataset = entry.own_data ? entry.data.name : config.data.name;
+  if (!set.data || set.data->size() == 0)
+    throw ConfigError(entry.own_data ? entry.data.config.where("name") : entry.where, key + ".split",
+                      "dataset '" + dataset + "' has no " + entry.split + " split to evaluate" +
+                          (train_split ? "" : " (split = \"train\" evaluates on its training samples)"));
+  set.metrics = build_metrics(entry.metrics.empty() ? config.data.metrics : entry.metrics,
+                              entry.metrics.empty() ? "data.metrics" : key + ".metrics", set.data->spec());
+  return set;
+}
+
+}  // namespace
+
 BuiltComponents build_components(const RunConfig& config, bool need_train) {
   const Components& registry = components();
   BuiltComponents built;
@@ -113,16 +159,9 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
   built.loss = build_component(registry.losses, loss, "loss", spec);
   // Metrics measure the evaluation data (its spec; the training data's when there is none).
   const DataSpec eval_spec = built.data.eval->size() > 0 ? built.data.eval->spec() : spec;
-  for (std::size_t i = 0; i < config.data.metrics.size(); ++i) {
-    const ComponentSection& metric = config.data.metrics[i];
-    const std::string key = "data.metrics[" + std::to_string(i) + "]";
-    for (const auto& earlier : built.metrics)
-      if (earlier.name == metric.name)
-        throw ConfigError(metric.config.where("name"), key,
-                          "metric '" + metric.name + "' is listed twice (each is logged as <pass>/" + metric.name + ")");
-    built.metrics.push_back(
-        NamedMetric{metric.name, build_component(registry.metrics, metric, key, eval_spec)});
-  }
+  built.metrics = build_metrics(config.data.metrics, "data.metrics", eval_spec);
+  for (std::size_t i = 0; i < config.evals.size(); ++i)
+    built.eval_sets.push_back(build_eval_set(config, i, built.data, context));
   return built;
 }
 
@@ -218,6 +257,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.lr_schedule = std::move(built.schedule);
   t.loss = std::move(built.loss);
   t.metrics = std::move(built.metrics);
+  t.eval_sets = std::move(built.eval_sets);
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
 

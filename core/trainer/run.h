@@ -53,11 +53,12 @@ void check_machine(const RunConfig& config);
 /// The run's components, built from their sections through the registries (baton/components.h).
 struct BuiltComponents {
   DatasetSplits data;  // eval is never null (an empty dataset when the dataset has no evaluation split)
-  torch::nn::AnyModule model;
+  Model model;
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   LrSchedule schedule;  // null: the optimizer's lr throughout
   LossFunction loss;
   std::vector<NamedMetric> metrics;  // [data] metrics; empty: the trainer's defaults for the evaluation data
+  std::vector<EvalSet> eval_sets;    // [[eval]]
 };
 
 /// Builds the dataset, model (shaped by the data), optimizer, schedule and loss of the config, each checking its

@@ -82,11 +82,11 @@ void install_stop_signal_handlers() {
 }
 
 struct Trainer::Impl {
-  Impl(torch::nn::AnyModule model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
+  Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
        std::shared_ptr<const Dataset> train_in, std::shared_ptr<const Dataset> eval_in, TrainerOptions options_in)
       : options(std::move(options_in)),
         model(std::move(model_in)),
-        module(model.ptr()),
+        module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
         optimizer(optimizer_in ? std::move(optimizer_in) : throw Error("the trainer needs an optimizer")),
         train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
         eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
@@ -100,10 +100,10 @@ struct Trainer::Impl {
         scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
         checkpoints(state, engine, logger, options, *module, *optimizer, plugins, base_lrs, scaler.get()),
         loss(options.loss ? options.loss : default_loss_for(train->spec())),
-        evaluator(state, engine, logger, options, model, *eval, loss),
+        evaluator(state, engine, logger, options, model, *eval, loss, options.metrics, "", history),
         schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
         model_export(run_failed),
-        plots(evaluator.history(), evaluator.metrics()) {
+        plots(history, evaluator.metrics()) {
     state.device = options.device;
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
@@ -122,6 +122,18 @@ struct Trainer::Impl {
         if (options.rank == 0) std::fprintf(stderr, "trace: %s\n", line.c_str());
       });
     module->to(at::Device(options.device));
+    for (const auto& set : options.eval_sets) {
+      if (set.name.empty() || set.name == "eval" || set.name.find('/') != std::string::npos)
+        throw Error("an evaluation set needs a name other than \"eval\", without '/' (got \"" + set.name + "\")");
+      if (!set.data) throw Error("evaluation set '" + set.name + "' has no data (a null dataset)");
+      for (const auto& other : extra_sets)
+        if (other.evaluator->set() == set.name) throw Error("two evaluation sets are named '" + set.name + "'");
+      extra_sets.push_back(EvalSetRun{
+          std::make_unique<Evaluator>(state, engine, logger, options, model, *set.data, loss, set.metrics, set.name,
+                                      history),
+          Schedule(set.interval.value_or(options.eval_interval), Time(0, TimeUnit::epoch), set.data->size() > 0,
+                   false)});
+    }
   }
 
   RunLoggerOptions logger_options() const {
@@ -337,11 +349,16 @@ struct Trainer::Impl {
       bool stopping = stop_now();
       // The run's last batch ends with an evaluation and a checkpoint through the usual events (plugins see them:
       // exports, checkpoint selection) unless the epoch's end right after takes them.
-      AfterBatch next = schedule.after_batch(state.progress, fraction_before, epoch_ends,
-                                             stopping || state.progress.reached(options.max_duration));
-      if (next.evaluate) {
+      const bool final_batch = stopping || state.progress.reached(options.max_duration);
+      AfterBatch next = schedule.after_batch(state.progress, fraction_before, epoch_ends, final_batch);
+      std::vector<Evaluator*> sets_due;
+      for (const auto& set : extra_sets)
+        if (set.schedule.after_batch(state.progress, fraction_before, epoch_ends, final_batch).evaluate)
+          sets_due.push_back(set.evaluator.get());
+      if (next.evaluate || !sets_due.empty()) {
         if (bar) bar->finish(bar_metrics());
-        evaluator.run_in_fit();
+        if (next.evaluate) evaluator.run_in_fit();
+        for (Evaluator* set : sets_due) set->run_in_fit();
         // A stop asked for during the evaluation (an early stopper) makes this the last batch, with its save.
         if (!stopping && (stopping = stop_now()))
           next.save = schedule.after_batch(state.progress, fraction_before, epoch_ends, true).save;
@@ -357,6 +374,8 @@ struct Trainer::Impl {
       now.sample_in_epoch = 0;
       fire(Event::epoch_end);
       if (schedule.eval_due_at_epoch(now.epoch)) evaluator.run_in_fit();
+      for (const auto& set : extra_sets)
+        if (set.schedule.eval_due_at_epoch(now.epoch)) set.evaluator->run_in_fit();
       // The run's end (a stop asked for at this evaluation) saves here, with events, unless its batch saved.
       const bool final_save = stop_now() && schedule.saves_enabled() && checkpoints.last_save_batch() != now.batch;
       checkpoints.event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
@@ -385,6 +404,9 @@ struct Trainer::Impl {
       // The last batch normally took the final evaluation and checkpoint (train_epoch). A run that ends with no
       // batch at all (resumed at its end) or stopped outside batch_end still gets them here, without events.
       if (schedule.evaluations_enabled() && evaluator.last_batch() != state.progress.now.batch) evaluator.run_in_fit();
+      for (const auto& set : extra_sets)
+        if (set.schedule.evaluations_enabled() && set.evaluator->last_batch() != state.progress.now.batch)
+          set.evaluator->run_in_fit();
       if (schedule.saves_enabled() && checkpoints.last_save_batch() != state.progress.now.batch)
         checkpoints.save_final(options.save_interval.unit());
     } catch (...) {
@@ -394,7 +416,7 @@ struct Trainer::Impl {
     finish(failure);
     FitResult result;
     result.end = state.progress.now;
-    result.evals = evaluator.history();
+    result.evals = history;
     result.stop_cause = cause;
     result.stop_reason = state.stop_requested() ? state.stop_reason() : "";
     result.last_checkpoint = state.last_checkpoint;
@@ -439,6 +461,8 @@ struct Trainer::Impl {
       prepare_standalone(checkpoint, "evaluation");
       fire(Event::eval_standalone_start);
       results = evaluator.run();
+      for (const auto& set : extra_sets)
+        for (auto& r : set.evaluator->run()) results.push_back(std::move(r));
       fire(Event::eval_standalone_end);
     } catch (...) {
       failure = std::current_exception();
@@ -464,7 +488,7 @@ struct Trainer::Impl {
 
   // Declared in construction order: each collaborator takes references to the members above it.
   TrainerOptions options;
-  torch::nn::AnyModule model;
+  Model model;
   std::shared_ptr<torch::nn::Module> module;
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::shared_ptr<const Dataset> train;
@@ -480,11 +504,17 @@ struct Trainer::Impl {
   std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
   Checkpointer checkpoints;
   LossFunction loss;
-  Evaluator evaluator;
+  std::vector<EvalRecord> history;  // every evaluation set's, one record per point of the run
+  Evaluator evaluator;              // the main set (`eval`)
   Schedule schedule;
   bool run_failed = false;
   ModelExport model_export;
   EvalPlots plots;
+  struct EvalSetRun {
+    std::unique_ptr<Evaluator> evaluator;
+    Schedule schedule;
+  };
+  std::vector<EvalSetRun> extra_sets;  // TrainerOptions::eval_sets, each at its own interval
   bool initialised = false;
   StopCause cause = StopCause::none;
   std::optional<double> last_loss;  // the train/loss this process last logged; none before its first log_interval
@@ -492,12 +522,12 @@ struct Trainer::Impl {
   std::string external_stop_reason;
 };
 
-Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                  std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options)
     : impl_(std::make_unique<Impl>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
                                    with_process_group(std::move(options)))) {}
 
-Trainer::Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
                  TensorDataset eval, TrainerOptions options)
     : Trainer(std::move(model), std::move(optimizer), std::make_shared<TensorDataset>(std::move(train)),
               std::make_shared<TensorDataset>(std::move(eval)), std::move(options)) {}

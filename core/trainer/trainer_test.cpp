@@ -6,10 +6,13 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/ops/allclose.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/inverse.h>
 #include <ATen/ops/matmul.h>
@@ -17,6 +20,10 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/rnn.h>
 #include <torch/optim/sgd.h>
 
 #include "baton/components.h"
@@ -24,6 +31,7 @@
 #include "checkpoint/checkpoint_store.h"
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
+#include "baton/safetensors.h"
 #include "small_trainer.h"
 #include "trainer/run.h"
 
@@ -31,6 +39,14 @@ namespace fs = std::filesystem;
 using baton::Event;
 using baton::Time;
 using baton::TimeUnit;
+
+// What the trainer takes (baton/model.h): modules with a tensor-to-tensor forward, Sequential included; an LSTM's
+// forward returns a tuple and is refused at compile time.
+static_assert(std::is_convertible_v<torch::nn::Sequential, baton::Model>);
+static_assert(std::is_convertible_v<torch::nn::Linear, baton::Model>);
+static_assert(std::is_convertible_v<std::shared_ptr<torch::nn::LinearImpl>, baton::Model>);
+static_assert(std::is_convertible_v<torch::nn::AnyModule, baton::Model>);
+static_assert(!std::is_convertible_v<torch::nn::LSTM, baton::Model>);
 
 using baton::test::make_trainer;
 using baton::test::quiet_options;
@@ -387,6 +403,133 @@ TEST_SUITE("trainer") {
     CHECK(metrics.at("eval/r2") == doctest::Approx(best_r2).epsilon(0.002));
     // The loss is the mean squared error: rmse squared.
     CHECK(metrics.at("eval/loss") == doctest::Approx(metrics.at("eval/rmse") * metrics.at("eval/rmse")).epsilon(1e-4));
+  }
+
+  TEST_CASE("a torch::nn::Sequential trains as it is, its tensors under LibTorch's names") {
+    // y = 2 x0 - x1 + 3 x2 through a small Sequential: training must bring the mse far below the targets'
+    // variance (~14), the run's model.safetensors must hold exactly the Sequential's tensors by their index names,
+    // with the trained values, and the evaluation must be the Sequential's own forward.
+    at::manual_seed(4);
+    baton::TensorDataset train, eval;
+    const at::Tensor w = at::tensor({2.0, -1.0, 3.0}, at::kFloat).reshape({3, 1});
+    for (auto* d : {&train, &eval}) {
+      d->inputs = at::randn({256, 3});
+      d->targets = at::matmul(d->inputs, w).reshape({256});
+    }
+    torch::nn::Sequential net(torch::nn::Linear(3, 16), torch::nn::Tanh(), torch::nn::Linear(16, 1));
+    auto optimizer = std::make_shared<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    auto dir = baton::test::scratch_dir("trainer-sequential");
+    auto options = quiet_options(dir.string());
+    options.max_duration = Time(30, TimeUnit::epoch);
+    options.eval_interval = Time(30, TimeUnit::epoch);
+    options.save_interval = Time(0, TimeUnit::epoch);
+    baton::Trainer trainer(net, optimizer, train, eval, options);
+    const auto result = trainer.fit();
+    REQUIRE_FALSE(result.evals.empty());
+    CHECK(result.evals.back().metrics.at("eval/loss") < 0.05);
+
+    const auto saved = baton::read_safetensors((dir / "model.safetensors").string());
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : saved.tensors) names.push_back(name);
+    CHECK(names == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+    const auto* last = net->named_parameters().find("2.weight");
+    REQUIRE(last != nullptr);
+    for (const auto& [name, tensor] : saved.tensors)
+      if (name == "2.weight") CHECK(at::equal(tensor, last->detach()));
+
+    at::NoGradGuard no_grad;
+    net->eval();
+    const double mse = (net->forward(eval.inputs).reshape({256}) - eval.targets).pow(2).mean().item<double>();
+    // Batches of 50 against one of 256: the same sums in another order, equal to rounding.
+    CHECK(result.evals.back().metrics.at("eval/loss") == doctest::Approx(mse).epsilon(1e-5));
+  }
+
+  TEST_CASE("an extra evaluation set runs at its own interval, under its name, with its own metrics") {
+    // Main evaluation every 2 epochs, a "train" set (the training samples) every epoch with top_k (k = 2): epoch 1
+    // has the set alone, epoch 2 both, in one record. Its values are checked against the model's own outputs.
+    auto options = quiet_options();
+    options.max_duration = Time(2, TimeUnit::epoch);
+    options.eval_interval = Time(2, TimeUnit::epoch);
+    auto train_data = std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(96, 7));
+    const auto* top_k = baton::components().metrics.find("top_k");
+    REQUIRE(top_k != nullptr);
+    baton::EvalSet set;
+    set.name = "train";
+    set.data = train_data;
+    set.metrics = {{"top_k", top_k->factory(baton::PluginConfig::from_toml("k = 2"), train_data->spec())}};
+    set.interval = Time(1, TimeUnit::epoch);
+    options.eval_sets = {set};
+    at::manual_seed(5);
+    baton::ModelSpec spec;
+    spec.name = "mlp";
+    spec.widths = {16};
+    auto model = baton::make_model(spec);
+    auto make = [&] {
+      auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.05));
+      return std::make_unique<baton::Trainer>(model, optimizer, train_data,
+                                              std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(50, 8)),
+                                              options);
+    };
+    const auto result = make()->fit();
+    REQUIRE(result.evals.size() == 2);
+    const auto& first = result.evals[0].metrics;
+    CHECK(result.evals[0].at.epoch == 1);
+    CHECK(first.count("eval/train/top_k") == 1);
+    CHECK(first.count("eval/train/loss") == 1);
+    CHECK(first.count("eval/accuracy") == 0);  // the main set is not due at epoch 1
+    CHECK(first.count("eval/train/accuracy") == 0);
+    const auto& last = result.evals[1].metrics;
+    CHECK(last.count("eval/accuracy") == 1);
+    CHECK(last.count("eval/train/top_k") == 1);
+
+    // top-2 accuracy of the final weights on the training samples, from the model's own outputs.
+    at::Tensor outputs;
+    {
+      at::NoGradGuard no_grad;
+      model.ptr()->eval();
+      outputs = model.forward(train_data->inputs);
+    }
+    const at::Tensor top2 = std::get<1>(outputs.topk(2, 1));
+    const double expected =
+        top2.eq(train_data->targets.unsqueeze(1)).any(1).to(at::kDouble).mean().item<double>();
+    CHECK(last.at("eval/train/top_k") == doctest::Approx(expected).epsilon(1e-12));
+    // The set's loss is the mean cross entropy over its samples.
+    const double loss = at::cross_entropy_loss(outputs, train_data->targets).item<double>();
+    CHECK(last.at("eval/train/loss") == doctest::Approx(loss).epsilon(1e-5));
+
+    // A standalone evaluation (a trainer of its own, over the trained model) reports every set, the extra one named.
+    const auto results = make()->evaluate_standalone();
+    REQUIRE(results.size() == 2);
+    CHECK(results[0].set.empty());
+    CHECK(results[1].set == "train");
+    CHECK(results[1].metric("top_k") == doctest::Approx(expected).epsilon(1e-12));
+  }
+
+  TEST_CASE("[[eval]] from a config: a split of [data] or a dataset of its own, [data] metrics by default") {
+    const auto config = baton::parse_config(
+        "[data]\nname = \"synthetic\"\ntrain_size = 64\neval_size = 32\nbatch_size = 16\n"
+        "metrics = [\"accuracy\", { name = \"top_k\", k = 3 }]\n"
+        "[[eval]]\nname = \"train\"\nsplit = \"train\"\n"
+        "[[eval]]\nname = \"other\"\nmetrics = [\"accuracy\"]\ndata = { name = \"synthetic\", eval_size = 20 }\n"
+        "[[eval]]\nname = \"bad\"\ndata = { name = \"synthetic\", eval_size = 20, typo = 1 }\n",
+        "cfg.toml");
+    baton::RunConfig good = config;
+    good.evals.pop_back();
+    const auto built = baton::build_components(good);
+    REQUIRE(built.eval_sets.size() == 2);
+    CHECK(built.eval_sets[0].data->size() == 64);
+    REQUIRE(built.eval_sets[0].metrics.size() == 2);  // [data]'s, instances of its own
+    CHECK(built.eval_sets[0].metrics[1].name == "top_k");
+    CHECK(built.eval_sets[0].metrics[1].metric != built.metrics[1].metric);
+    CHECK(built.eval_sets[1].data->size() == 20);
+    REQUIRE(built.eval_sets[1].metrics.size() == 1);
+    try {
+      baton::build_components(config);
+      FAIL("no error for a key the set's dataset does not read");
+    } catch (const baton::ConfigError& e) {
+      CHECK(std::string(e.what()).find("typo") != std::string::npos);
+      CHECK(e.where().line == 16);
+    }
   }
 
   TEST_CASE("configured metrics replace the defaults and are logged per pass, in order") {

@@ -1,8 +1,10 @@
-// Embedding baton in your own program: your own module, optimizer and data, baton's trainer (events, plugins,
-// evaluation, checkpoints), and an in-process callback. No TOML file, no plugin library.
+// Embedding baton in your own program: your own module (a torch::nn::Sequential), optimizer and data, baton's
+// trainer (events, plugins, evaluation, checkpoints), an in-process callback, and the EMA plugin loaded from its
+// file with the same loader and checks as `baton train`. No TOML file.
 //
 // The task: classify points of two interleaved spirals, a problem a linear model cannot solve.
-// Exits with status 1 if the trained model does not reach 90 % accuracy, so the test suite can run it.
+// Exits with status 1 if the model evaluated with its EMA weights does not reach 90 % accuracy, so the test suite
+// can run it; built with the project, and out of tree against an installed baton (docs/embedding.md).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -16,26 +18,17 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/stack.h>
-#include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
+#include "baton/plugin_loader.h"
 #include "baton/trainer.h"
 
-// A model of your own: any module with a forward(Tensor) -> Tensor works.
-struct SpiralNetImpl : torch::nn::Module {
-  SpiralNetImpl() {
-    hidden1 = register_module("hidden1", torch::nn::Linear(2, 64));
-    hidden2 = register_module("hidden2", torch::nn::Linear(64, 64));
-    out = register_module("out", torch::nn::Linear(64, 2));
-  }
-  at::Tensor forward(const at::Tensor& x) {
-    return out(torch::nn::functional::relu(hidden2(torch::nn::functional::relu(hidden1(x)))));
-  }
-  torch::nn::Linear hidden1{nullptr}, hidden2{nullptr}, out{nullptr};
-};
-TORCH_MODULE(SpiralNet);
+#ifndef BATON_PLUGIN_DIR
+#define BATON_PLUGIN_DIR ""  // set by the CMake project to find_package(baton)'s baton_PLUGIN_DIR
+#endif
 
 // Data of your own: inputs [N, ...] and int64 class targets [N].
 baton::TensorDataset spirals(std::int64_t per_class, const std::string& name) {
@@ -62,7 +55,9 @@ struct PrintAccuracy : baton::Callback {
 
 int main(int argc, char** argv) {
   at::manual_seed(0);
-  SpiralNet net;
+  // A model of your own: any module whose forward takes and returns one tensor (baton/model.h).
+  torch::nn::Sequential net(torch::nn::Linear(2, 64), torch::nn::ReLU(), torch::nn::Linear(64, 64),
+                            torch::nn::ReLU(), torch::nn::Linear(64, 2));
   auto optimizer = std::make_shared<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(1e-2));
 
   baton::TrainerOptions options;
@@ -73,9 +68,18 @@ int main(int argc, char** argv) {
   options.quiet = true;
   if (argc > 1) options.run_dir = argv[1];  // pass a folder to get metrics.jsonl, checkpoints, model.safetensors
 
-  baton::Trainer trainer(torch::nn::AnyModule(net), optimizer, spirals(500, "spirals/train"),
-                         spirals(200, "spirals/eval"), options);
+  baton::Trainer trainer(net, optimizer, spirals(500, "spirals/train"), spirals(200, "spirals/eval"), options);
   trainer.add_plugin("print_accuracy", std::make_shared<PrintAccuracy>());
+
+  // The EMA plugin from its file, its keys checked as in a config's [[plugins]] table; evaluation then swaps the
+  // averaged weights in.
+  baton::LoaderOptions loader_options;
+  loader_options.search_paths = {BATON_PLUGIN_DIR};
+  baton::PluginLoader loader(loader_options);
+  baton::LoadedPlugin ema = loader.load(loader.resolve("ema"), baton::PluginConfig::from_toml(
+                                                                   "half_life = \"100ba\"\nema_start = \"20ep\"", "ema"));
+  std::printf("loaded %s %s from %s\n", ema.info.name.c_str(), ema.info.version.c_str(), ema.info.path.c_str());
+  trainer.add_plugin(ema.id, ema.plugin);
   baton::FitResult result = trainer.fit();
 
   double accuracy = result.evals.back().metrics.at("eval/accuracy");

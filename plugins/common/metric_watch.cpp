@@ -38,6 +38,11 @@ std::string eval_pass_of(const std::string& metric, const State& state) {
   return "";
 }
 
+std::string eval_set_of(const std::string& metric) {
+  const auto first = metric.find('/'), last = metric.rfind('/');
+  return first == last ? "" : metric.substr(first + 1, last - first - 1);
+}
+
 std::string format_value(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.6g", value);
@@ -82,13 +87,15 @@ MetricStopper::MetricStopper(std::string plugin_name, const PluginConfig& config
 void MetricStopper::fit_start(State& state, Logger& logger) {
   on_fit_start(logger);
   pass_ = eval_pass_of(monitor_, state);  // known only now: plugins add evaluation passes at init
+  set_ = eval_set_of(monitor_);
   fitting_ = true;
   // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.
   if (memory_.repeat_if_resumed_there(state)) seen_ = true;
 }
 
 void MetricStopper::eval_after_all(State& state, Logger&) {
-  if (!fitting_ || pass_.empty()) return;
+  // Each evaluation set ends with its own eval_after_all: only the monitored one's counts as a check.
+  if (!fitting_ || pass_.empty() || state.eval_set != set_) return;
   auto it = state.metrics.find(monitor_);
   if (it == state.metrics.end())
     throw Error(name_ + ": the '" + pass_ + "' evaluation logged no metric '" + monitor_ + "' (it logs " + pass_ +

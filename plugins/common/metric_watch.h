@@ -25,6 +25,8 @@ const char* goal_name(Goal goal);  // "min", "max"
 /// when its prefix is none of state.eval_labels (then it is a training or plugin metric). Valid from fit_start on:
 /// plugins may add passes at init.
 std::string eval_pass_of(const std::string& metric, const State& state);
+/// The evaluation set a pass's metric belongs to: "" for "eval/accuracy", "train" for "eval/train/accuracy".
+std::string eval_set_of(const std::string& metric);
 
 /// A metric value for messages: up to 6 significant digits ("0.8125", "1e-05", "nan").
 std::string format_value(double value);
@@ -83,6 +85,7 @@ class MetricStopper : public Callback {
  private:
   void check_latest(State& state);
   std::string pass_;      // the evaluation pass whose metric this is; "" for a training or plugin metric
+  std::string set_;       // the evaluation set it is measured on ("" for the main one)
   bool fitting_ = false;  // between fit_start and fit_end
 };
 

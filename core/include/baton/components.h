@@ -7,7 +7,7 @@
 //
 //   void register_mine(baton::Components& c) {
 //     c.models.add("my_resnet", "ResNet-20", [](const baton::PluginConfig& config, const baton::DataSpec& data) {
-//       return torch::nn::AnyModule(MyResNet(config.get_or<std::int64_t>("depth", 20), data.output_size()));
+//       return MyResNet(config.get_or<std::int64_t>("depth", 20), data.output_size());  // a baton::Model
 //     });
 //   }
 //   BATON_COMPONENTS("my_models", "1.0.0", "a ResNet for 32x32 images", register_mine)
@@ -17,10 +17,9 @@
 #include <string>
 #include <vector>
 
-#include <torch/nn/modules/container/any.h>
-
 #include "baton/dataset.h"
 #include "baton/export.h"
+#include "baton/model.h"
 #include "baton/plugin.h"
 #include "baton/plugin_config.h"
 #include "baton/registry.h"
@@ -67,7 +66,7 @@ class BATON_API Metric {
   virtual bool higher_is_better() const = 0;
 };
 
-using ModelFactory = std::function<torch::nn::AnyModule(const PluginConfig& config, const DataSpec& data)>;
+using ModelFactory = std::function<Model(const PluginConfig& config, const DataSpec& data)>;
 using DatasetFactory = std::function<DatasetSplits(const PluginConfig& config, const DatasetContext& context)>;
 using OptimizerFactory = std::function<std::shared_ptr<torch::optim::Optimizer>(
     const PluginConfig& config, const std::vector<at::Tensor>& parameters)>;

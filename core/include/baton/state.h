@@ -117,6 +117,13 @@ struct BATON_API State {
  private:
   bool stop_requested_ = false;
   std::string stop_reason_;
+
+ public:
+  /// The evaluation set of the passes running now, from eval_before_all to eval_after_all: empty for the main one,
+  /// else an extra set's name ([[eval]], TrainerOptions::eval_sets), whose metrics are logged as
+  /// "<label>/<set>/<metric>". Last in the struct, so plugins built before it was added find every other member
+  /// where it was.
+  std::string eval_set;
 };
 
 }  // namespace baton

@@ -6,14 +6,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <torch/nn/modules/container/any.h>
-
 #include "baton/components.h"
 #include "baton/dataset.h"
+#include "baton/model.h"
 #include "baton/plugin.h"
 
 namespace torch::optim {
@@ -28,6 +28,16 @@ class Communicator;  // baton/communicator.h: data-parallel collectives on a c10
 struct BATON_API NamedMetric {
   std::string name;
   std::shared_ptr<Metric> metric;
+};
+
+/// An evaluation set besides the trainer's `eval` dataset (Composer's Evaluator): evaluated at its own interval
+/// with its own metrics, logged as "<pass>/<name>/<metric>" ("eval/train/accuracy", "eval_raw/train/accuracy"),
+/// through the same evaluation events (State::eval_set names it during its passes).
+struct BATON_API EvalSet {
+  std::string name;                       // unique, not "eval", no '/'
+  std::shared_ptr<const Dataset> data;
+  std::vector<NamedMetric> metrics;       // empty: the defaults for its data
+  std::optional<Time> interval;           // none: TrainerOptions::eval_interval; 0 evaluates it only when asked
 };
 
 struct TrainerOptions {
@@ -63,6 +73,8 @@ struct TrainerOptions {
   /// Evaluation metrics; empty: the registered defaults for the evaluation data: "accuracy" for class targets,
   /// "mae", "rmse" and "r2" for values. Each is reduced across data-parallel ranks as sums (Metric).
   std::vector<NamedMetric> metrics;
+  /// More evaluation sets, evaluated after the main one when both fall due.
+  std::vector<EvalSet> eval_sets;
   /// For evaluation: which weights a plugin that keeps several sets should use ("", "ema", "raw"); see
   /// State::eval_weights.
   std::string eval_weights;
@@ -98,6 +110,7 @@ struct FitResult {
 
 struct EvalResult {
   std::string label;  // the evaluation pass: "eval", or one a plugin added (State::eval_labels)
+  std::string set;    // empty for the main evaluation set, else the EvalSet's name
   double loss = 0;
   std::int64_t samples = 0;
   struct Value {
@@ -119,11 +132,12 @@ struct PredictResult {
 
 class BATON_API Trainer {
  public:
-  /// `train` and `eval` may be any Dataset (baton/dataset.h); a null `eval` means no evaluation.
-  Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+  /// `model` is any module with a tensor-to-tensor forward (baton/model.h: a holder such as torch::nn::Sequential,
+  /// an AnyModule, a TorchScript module from load_torchscript). `train` and `eval` may be any Dataset (baton/dataset.h); a null `eval` means no evaluation.
+  Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
           std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options);
   /// The same for data held in memory; an empty `eval` means no evaluation.
-  Trainer(torch::nn::AnyModule model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+  Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
           TensorDataset eval, TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
