@@ -455,6 +455,100 @@ TEST_SUITE("cli") {
     CHECK(last["eval/r2"].get<double>() <= r2 + 1e-4);
   }
 
+  TEST_CASE("safetensors: a file 3x larger than a ulimit -v cap trains, with peak resident memory far below its size") {
+    auto dir = scratch("safetensors-memory");
+    struct RemoveAfter {  // the big file goes whatever the outcome
+      fs::path dir;
+      ~RemoveAfter() {
+        std::error_code ignored;
+        fs::remove_all(dir, ignored);
+      }
+    } remove_after{dir};
+    // baton itself (LibTorch, OpenBLAS threads, glibc arenas) reserves about 0.9 GiB of address space in a tiny run
+    // on this machine; the cap leaves it some 0.3 GiB beyond that, and the file is more than 3 times the cap.
+    constexpr std::uint64_t kCapKiB = 1200 * 1024;
+    constexpr std::uint64_t kRows = 14750, kWidth = 65536;  // 256 KiB rows: 3.87 GB of inputs
+    REQUIRE_MESSAGE(fs::space(dir).available > 6ull << 30, std::string("the test needs 6 GiB free under " + dir.string()));
+    // An independent writer, in Python: float32 inputs that are zero but for a one-hot of the class in the first
+    // two values, written row by row so that most of the file is a hole (quick to write, no disk used); I64
+    // targets, row % 2. Each row thus says which class it is, so a model only learns if rows arrive intact.
+    const std::string writer =
+        "import json, struct, sys\n"
+        "import numpy as np\n"
+        "path, rows, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+        "row = width * 4\n"
+        "header = {'inputs': {'dtype': 'F32', 'shape': [rows, width], 'data_offsets': [0, rows * row]},\n"
+        "          'targets': {'dtype': 'I64', 'shape': [rows], 'data_offsets': [rows * row, rows * row + rows * 8]}}\n"
+        "text = json.dumps(header).encode()\n"
+        "text += b' ' * (-len(text) % 8)\n"
+        "start = 8 + len(text)\n"
+        "targets = np.arange(rows, dtype=np.int64) % 2\n"
+        "with open(path, 'wb') as f:\n"
+        "    f.write(struct.pack('<Q', len(text)) + text)\n"
+        "    for r in range(rows):\n"
+        "        f.seek(start + r * row)\n"
+        "        f.write(np.eye(2, dtype=np.float32)[targets[r]].tobytes())\n"
+        "    f.seek(start + rows * row)\n"
+        "    f.write(targets.tobytes())\n";
+    write(dir / "writer.py", writer);
+    const std::string write_files = "cd '" + dir.string() + "' && /usr/bin/python3 writer.py big.safetensors " +
+                                    std::to_string(kRows) + " " + std::to_string(kWidth) +
+                                    " && /usr/bin/python3 writer.py tiny.safetensors 512 " + std::to_string(kWidth) +
+                                    " > writer.txt 2>&1";
+    REQUIRE_MESSAGE(std::system(write_files.c_str()) == 0, read_bytes(dir / "writer.txt"));
+    const std::uint64_t file_bytes = fs::file_size(dir / "big.safetensors");
+    REQUIRE(file_bytes > kRows * (kWidth * 4 + 8));  // the data, and the header before it
+    REQUIRE(file_bytes > 3 * kCapKiB * 1024);
+
+    const std::string cap = "ulimit -v " + std::to_string(kCapKiB);
+    // The cap is real: reading the file into memory under it fails.
+    const std::string read_all = "cd '" + dir.string() + "' && " + cap +
+                                 " && /usr/bin/python3 -c \"open('big.safetensors', 'rb').read()\" 2> /dev/null";
+    CHECK(std::system(read_all.c_str()) != 0);
+
+    const auto config = [](const std::string& name, const std::string& file) {
+      return "[run]\nname = \"" + name + "\"\ndir = \"runs\"\nseed = 1\n\n"
+             "[data]\nname = \"safetensors\"\npath = \"" + file + "\"\nbatch_size = 128\neval_batch_size = 128\n"
+             "eval_fraction = 0.1\n\n"
+             "[model]\nname = \"mlp\"\nwidths = []\n\n[optimizer]\nname = \"sgd\"\nlr = 0.5\n\n"
+             "[trainer]\nmax_duration = \"1ep\"\neval_interval = \"1ep\"\nprogress = false\n";
+    };
+    // `baton train` under the cap, with its peak resident memory (VmHWM, in KiB) from GNU time.
+    const auto train_capped = [&](const std::string& name, const std::string& file) {
+      write(dir / (name + ".toml"), config(name, file));
+      const std::string command = "cd '" + dir.string() + "' && " + cap + " && exec timeout 300 /usr/bin/time -o " +
+                                  name + ".rss -f %M " + baton::test::shell_quote(BATON_EXECUTABLE) + " train " +
+                                  name + ".toml > " + name + ".out 2> " + name + ".err";
+      const int raw = std::system(command.c_str());
+      Result r;
+      r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+      r.out = read_bytes(dir / (name + ".out"));
+      r.err = read_bytes(dir / (name + ".err"));
+      return std::make_pair(r, std::stoull("0" + read_bytes(dir / (name + ".rss"))));
+    };
+    // The baseline: the same run on a 134 MB file of the same rows.
+    const auto [tiny, tiny_kib] = train_capped("tiny", "tiny.safetensors");
+    REQUIRE_MESSAGE(tiny.status == 0, tiny.err);
+    const auto [big, big_kib] = train_capped("big", "big.safetensors");
+    REQUIRE_MESSAGE(big.status == 0, big.err);
+    MESSAGE("safetensors file " << file_bytes << " bytes, cap " << kCapKiB << " KiB; peak resident memory "
+                                << big_kib << " KiB (a 512-row file: " << tiny_kib << " KiB)");
+    REQUIRE(tiny_kib > 0);
+    CHECK(big_kib * 1024 * 8 < file_bytes);    // far below the file's size
+    CHECK(big_kib < tiny_kib + 128 * 1024);    // and about what the tiny file needs: nothing grows with the file
+    // Every sample was read (one epoch: 104 batches of 128 of the 13275 training rows) and read intact: the
+    // held-out rows, spread over the whole file, are classified perfectly.
+    CHECK(contains(big.out, "trained to ep 1 ba 104"));
+    nlohmann::json last;
+    std::istringstream lines(read_bytes(dir / "runs" / "big" / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.contains("eval/accuracy")) last = record;
+    }
+    REQUIRE(last.contains("eval/accuracy"));
+    CHECK(last["eval/accuracy"].get<double>() == 1.0);
+  }
+
   TEST_CASE("configs/breast_cancer.toml: a binary classification from a csv file with accuracy and f1") {
     auto dir = scratch("breast-cancer");
     auto train = run_baton(dir, {"train", std::string(BATON_SOURCE_DIR) + "/configs/breast_cancer.toml", "--set",

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/file_util.h"
+#include "checkpoint/safetensors_file.h"
 
 // The format stores little-endian bytes and tensors are written straight from memory.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -141,63 +142,17 @@ void write_file(const std::string& path, const std::vector<PlannedTensor>& plann
 // ---------------------------------------------------------------------------------------------------------------
 // Reading
 
-struct Entry {
-  std::string name;
-  at::ScalarType dtype;
-  std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0;
-  std::uint64_t end = 0;
-};
-
 struct Layout {
-  std::vector<Entry> entries;  // header order
+  std::vector<SafetensorsEntry> entries;  // header order
   std::map<std::string, std::string> metadata;
   std::uint64_t data_start = 0;
-};
-
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw SafetensorsError(path, std::string("cannot open: ") + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      int error = errno;
-      ::close(fd_);
-      throw SafetensorsError(path, std::string("cannot stat: ") + std::strerror(error));
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
-  ~InputFile() { ::close(fd_); }
-  InputFile(const InputFile&) = delete;
-  InputFile& operator=(const InputFile&) = delete;
-
-  std::uint64_t size() const { return size_; }
-
-  void read_at(std::uint64_t offset, void* into, std::uint64_t count) const {
-    auto* out = static_cast<char*>(into);
-    while (count > 0) {
-      ssize_t got = ::pread(fd_, out, count, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) throw SafetensorsError(path_, std::string("cannot read: ") + std::strerror(errno));
-      if (got == 0) throw SafetensorsError(path_, "file shrank while being read");
-      out += got;
-      offset += static_cast<std::uint64_t>(got);
-      count -= static_cast<std::uint64_t>(got);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  std::uint64_t size_ = 0;
 };
 
 class HeaderParser {
  public:
   explicit HeaderParser(std::string path) : path_(std::move(path)) {}
 
-  Layout parse(const InputFile& file) {
+  Layout parse(const SafetensorsFile& file) {
     Layout layout;
     const std::uint64_t header_bytes = read_header_length(file);
     layout.data_start = 8 + header_bytes;
@@ -209,23 +164,24 @@ class HeaderParser {
         layout.entries.push_back(parse_entry(key, value));
       }
     }
-    check_layout(layout.entries, file.size() - layout.data_start);
+    check_layout(layout.entries, file.file_bytes() - layout.data_start);
     return layout;
   }
 
  private:
   [[noreturn]] void fail(const std::string& problem) const { throw SafetensorsError(path_, problem); }
 
-  std::uint64_t read_header_length(const InputFile& file) const {
-    if (file.size() < 8) {
-      fail("truncated: file has " + std::to_string(file.size()) + " bytes, too short for the 8-byte header length");
+  std::uint64_t read_header_length(const SafetensorsFile& file) const {
+    if (file.file_bytes() < 8) {
+      fail("truncated: file has " + std::to_string(file.file_bytes()) +
+           " bytes, too short for the 8-byte header length");
     }
     std::array<unsigned char, 8> length{};
     file.read_at(0, length.data(), length.size());
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
-    if (n > file.size() - 8) {
-      fail("truncated: header says " + std::to_string(n) + " bytes, file has " + std::to_string(file.size() - 8) +
+    if (n > file.file_bytes() - 8) {
+      fail("truncated: header says " + std::to_string(n) + " bytes, file has " + std::to_string(file.file_bytes() - 8) +
            " after the 8-byte length");
     }
     if (n > kMaxHeaderBytes) {
@@ -234,7 +190,7 @@ class HeaderParser {
     return n;
   }
 
-  Json parse_json(const InputFile& file, std::uint64_t header_bytes) const {
+  Json parse_json(const SafetensorsFile& file, std::uint64_t header_bytes) const {
     std::string text(header_bytes, '\0');
     file.read_at(8, text.data(), header_bytes);
     Json header;
@@ -265,7 +221,7 @@ class HeaderParser {
     fail(where + ": expected a non-negative integer, got " + value.dump());
   }
 
-  Entry parse_entry(const std::string& name, const Json& value) const {
+  SafetensorsEntry parse_entry(const std::string& name, const Json& value) const {
     const std::string where = "tensor '" + name + "'";
     if (!value.is_object()) fail(where + ": entry is a JSON " + std::string(value.type_name()) + ", expected an object");
     for (const auto& [field, ignored] : value.items()) {
@@ -274,7 +230,7 @@ class HeaderParser {
     for (const char* field : {"dtype", "shape", "data_offsets"}) {
       if (!value.contains(field)) fail(where + ": missing field '" + field + "'");
     }
-    Entry entry;
+    SafetensorsEntry entry;
     entry.name = name;
     entry.dtype = parse_dtype(where, value["dtype"]);
     if (!value["shape"].is_array()) fail(where + ": shape must be an array, got " + value["shape"].dump());
@@ -301,7 +257,7 @@ class HeaderParser {
     return info->type;
   }
 
-  void check_size(const std::string& where, const Entry& entry) const {
+  void check_size(const std::string& where, const SafetensorsEntry& entry) const {
     // Computed with overflow checks: a hostile shape must not wrap around to a plausible size.
     std::uint64_t expected = c10::elementSize(entry.dtype);
     for (std::int64_t dim : entry.shape) {
@@ -318,15 +274,15 @@ class HeaderParser {
 
   // The tensors must tile the data exactly: in offset order, each begins where the previous ended, and the last
   // ends at the end of the file.
-  void check_layout(const std::vector<Entry>& entries, std::uint64_t data_bytes) const {
-    std::vector<const Entry*> sorted;
+  void check_layout(const std::vector<SafetensorsEntry>& entries, std::uint64_t data_bytes) const {
+    std::vector<const SafetensorsEntry*> sorted;
     for (const auto& e : entries) sorted.push_back(&e);
-    std::stable_sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) {
+    std::stable_sort(sorted.begin(), sorted.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
       return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
     });
     std::uint64_t expected = 0;
-    const Entry* previous = nullptr;
-    for (const Entry* e : sorted) {
+    const SafetensorsEntry* previous = nullptr;
+    for (const SafetensorsEntry* e : sorted) {
       const std::string where = "tensor '" + e->name + "'";
       if (e->end > data_bytes) {
         fail(where + ": data_offsets [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
@@ -391,20 +347,57 @@ FileDigest write_state_dict_atomic(const std::string& path, const StateDict& con
   return write_safetensors_atomic(path, tensors, state_dict_metadata(content));
 }
 
-void validate_safetensors(const std::string& path) {
-  InputFile file(path);
-  HeaderParser(path).parse(file);
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw SafetensorsError(path_, std::string("cannot open: ") + std::strerror(errno));
+  try {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw SafetensorsError(path_, std::string("cannot stat: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) throw SafetensorsError(path_, "not a regular file");
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    Layout layout = HeaderParser(path_).parse(*this);
+    entries_ = std::move(layout.entries);
+    metadata_ = std::move(layout.metadata);
+    data_start_ = layout.data_start;
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
 }
 
+SafetensorsFile::~SafetensorsFile() { ::close(fd_); }
+
+const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& entry : entries_)
+    if (entry.name == name) return &entry;
+  return nullptr;
+}
+
+void SafetensorsFile::read_at(std::uint64_t offset, void* into, std::uint64_t count) const {
+  auto* out = static_cast<char*>(into);
+  while (count > 0) {
+    ssize_t got = ::pread(fd_, out, count, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw SafetensorsError(path_, std::string("cannot read: ") + std::strerror(errno));
+    if (got == 0) throw SafetensorsError(path_, "file shrank while being read");
+    out += got;
+    offset += static_cast<std::uint64_t>(got);
+    count -= static_cast<std::uint64_t>(got);
+  }
+}
+
+const char* safetensors_dtype_name(at::ScalarType type) { return dtype_name(type); }
+
+void validate_safetensors(const std::string& path) { SafetensorsFile file(path); }
+
 SafetensorsContents read_safetensors(const std::string& path) {
-  InputFile file(path);
-  const Layout layout = HeaderParser(path).parse(file);
+  const SafetensorsFile file(path);
   SafetensorsContents contents;
-  contents.metadata = layout.metadata;
-  for (const auto& entry : layout.entries) {
+  contents.metadata = file.metadata();
+  for (const auto& entry : file.entries()) {
     // Each tensor's bytes are read straight into its own storage: no intermediate buffer of the whole file.
     at::Tensor tensor = at::empty(entry.shape, at::TensorOptions().dtype(entry.dtype));
-    if (entry.end > entry.begin) file.read_at(layout.data_start + entry.begin, tensor.data_ptr(), entry.end - entry.begin);
+    if (entry.end > entry.begin) file.read_at(file.data_start() + entry.begin, tensor.data_ptr(), entry.end - entry.begin);
     contents.tensors.emplace_back(entry.name, std::move(tensor));
   }
   return contents;

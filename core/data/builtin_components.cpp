@@ -1,4 +1,5 @@
-// The built-in datasets as components: [data] name = "fashion-mnist" | "mnist" | "idx" | "synthetic".
+// The built-in datasets as components: [data] name = "fashion-mnist" | "mnist" | "idx" | "synthetic" | "csv" |
+// "safetensors".
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "components/builtins.h"
 #include "data/csv.h"
 #include "data/random.h"
+#include "data/safetensors_dataset.h"
 
 namespace baton {
 namespace {
@@ -256,6 +258,10 @@ void register_builtin_datasets(Components& components) {
                           idx_factory("mnist", "/usr/share/datasets/mnist"));
   components.datasets.add("idx", "any IDX image/label folder (path required); train_subset, eval_subset",
                           idx_factory("idx", ""));
+  components.datasets.add("safetensors",
+                          "named tensors of a safetensors file, read a batch's rows at a time (files larger than "
+                          "memory): path, inputs, targets, task, num_classes, eval_path, eval_fraction",
+                          &make_safetensors_dataset);
   components.datasets.add("synthetic", "a seeded learnable 10-class set of 1x28x28 images; train_size, eval_size",
                           &make_synthetic);
 }

@@ -1,0 +1,348 @@
+// The `safetensors` dataset: rows of two named tensors of a safetensors file, read when a batch asks for them.
+//
+// How rows reach a batch: by pread into the batch's own tensor, not through a memory mapping of the file.
+// - Address space: a mapping of the whole file needs as much virtual memory as the file is large, which a
+//   `ulimit -v` below the file size refuses; pread needs only the batch being filled.
+// - Resident memory: the pages pread brings in belong to the kernel's page cache, which it reclaims under pressure
+//   and which is not this process's memory; mapped pages count as the process's until they are unmapped, so
+//   windows mapped per batch would need an munmap per batch from every loader thread (and a TLB shootdown each).
+// - Copies: a batch's rows are scattered over the file (the sampler permutes them), so mapped or not they are
+//   copied once into the batch tensor; pread does that copy in the kernel, with no extra one in between.
+// - Threads: pread takes its offset as an argument, so the loader's threads share one descriptor with no lock.
+// Runs of consecutive rows (an evaluation's batches; the sorted rows of a split) are read with one call each.
+#include "data/safetensors_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "baton/safetensors.h"
+#include "checkpoint/safetensors_file.h"
+#include "data/random.h"
+
+namespace baton {
+namespace {
+
+constexpr std::size_t kListedTensors = 20;         // a missing-tensor error names at most these many of the file's
+constexpr std::int64_t kScanBytes = 4 << 20;       // class targets are checked this many bytes at a time
+constexpr std::uint64_t kSplitSeedSalt = 0x5afe7e45u;
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+std::string describe(const SafetensorsEntry& entry) {
+  return entry.name + " (" + safetensors_dtype_name(entry.dtype) + " " + shape_text(entry.shape) + ")";
+}
+
+// One tensor of a file, read as rows along dim 0.
+struct RowSource {
+  std::shared_ptr<const SafetensorsFile> file;
+  std::string tensor;  // its name in the file
+  at::ScalarType dtype = at::kFloat;
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> row_shape;  // one row's shape as a batch holds it
+  std::uint64_t first_row_offset = 0;   // in the file
+  std::uint64_t row_bytes = 0;
+
+  // Rows first .. first + count - 1 into `into`.
+  void read_range(std::int64_t first, std::int64_t count, char* into) const {
+    file->read_at(first_row_offset + static_cast<std::uint64_t>(first) * row_bytes, into,
+                  static_cast<std::uint64_t>(count) * row_bytes);
+  }
+
+  // The rows `rows[0 .. count)` (each in [0, this->rows)) as a [count, row_shape...] tensor of the file's dtype.
+  at::Tensor read(const std::int64_t* rows_wanted, std::int64_t count) const {
+    std::vector<std::int64_t> shape{count};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+    char* into = static_cast<char*>(out.data_ptr());
+    for (std::int64_t i = 0; i < count;) {
+      std::int64_t end = i + 1;
+      while (end < count && rows_wanted[end] == rows_wanted[end - 1] + 1) ++end;
+      read_range(rows_wanted[i], end - i, into + static_cast<std::uint64_t>(i) * row_bytes);
+      i = end;
+    }
+    return out;
+  }
+
+  at::Tensor read_range(std::int64_t first, std::int64_t count) const {
+    std::vector<std::int64_t> shape{count};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+    read_range(first, count, static_cast<char*>(out.data_ptr()));
+    return out;
+  }
+};
+
+class SafetensorsDataset final : public Dataset {
+ public:
+  // `rows`: the file rows this split holds (int64, sorted), or undefined for all of them in order.
+  SafetensorsDataset(RowSource inputs, RowSource targets, std::int64_t num_classes, at::Tensor rows,
+                     std::string dataset_name)
+      : inputs_(std::move(inputs)), targets_(std::move(targets)), num_classes_(num_classes), rows_(std::move(rows)) {
+    name = std::move(dataset_name);
+  }
+
+  std::int64_t size() const override { return rows_.defined() ? rows_.size(0) : inputs_.rows; }
+
+  Batch get(const at::Tensor& indices) const override {
+    const at::Tensor wanted = indices.to(at::kLong).contiguous().reshape({-1});
+    const std::int64_t count = wanted.size(0);
+    const std::int64_t* index = wanted.data_ptr<std::int64_t>();
+    const std::int64_t* table = rows_.defined() ? rows_.data_ptr<std::int64_t>() : nullptr;
+    const std::int64_t samples = size();
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) {
+      // Checked here, not trusted: a wrong index would otherwise read another tensor's bytes without complaint.
+      if (index[i] < 0 || index[i] >= samples)
+        throw Error("dataset '" + name + "': sample " + std::to_string(index[i]) + " is outside [0, " +
+                    std::to_string(samples) + ")");
+      rows[static_cast<std::size_t>(i)] = table ? table[index[i]] : index[i];
+    }
+    Batch batch;
+    // to() returns the tensor itself when it already has the dtype (F32 inputs): no second copy of the batch.
+    batch.inputs = inputs_.read(rows.data(), count).to(at::kFloat);
+    batch.targets = targets_.read(rows.data(), count).to(num_classes_ > 0 ? at::kLong : at::kFloat);
+    return batch;
+  }
+
+  DataSpec spec() const override {
+    DataSpec spec;
+    spec.input_shape = inputs_.row_shape;
+    spec.target_shape = targets_.row_shape;
+    spec.num_classes = num_classes_;
+    return spec;
+  }
+
+ private:
+  RowSource inputs_;
+  RowSource targets_;
+  std::int64_t num_classes_;
+  at::Tensor rows_;
+};
+
+// ---- the factory ----
+
+struct OpenedFile {
+  RowSource inputs;
+  RowSource targets;
+};
+
+// Errors about the training file are reported at the key that names the tensor (a misspelt name is the likely
+// cause); errors about the evaluation file at eval_path.
+struct Keys {
+  std::string file;     // "path" or "eval_path"
+  std::string inputs;   // "inputs" or "eval_path"
+  std::string targets;  // "targets" or "eval_path"
+};
+
+RowSource row_source(const PluginConfig& config, const std::string& key,
+                     const std::shared_ptr<const SafetensorsFile>& file, const std::string& tensor, bool inputs) {
+  const SafetensorsEntry* entry = file->find(tensor);
+  if (!entry) {
+    std::string present;
+    std::size_t listed = 0;
+    for (const auto& e : file->entries()) {
+      if (listed++ == kListedTensors) {
+        present += ", and " + std::to_string(file->entries().size() - kListedTensors) + " more";
+        break;
+      }
+      present += (present.empty() ? "" : ", ") + describe(e);
+    }
+    config.fail(key, file->path() + ": no tensor '" + tensor + "'; the file holds " +
+                         (present.empty() ? std::string("no tensors") : present) +
+                         " (name yours with the keys inputs and targets)");
+  }
+  const std::string what = file->path() + ": tensor " + describe(*entry);
+  if (entry->shape.empty()) config.fail(key, what + " is a scalar; the samples are its rows, along dim 0");
+  if (entry->shape[0] == 0) config.fail(key, what + " holds no rows");
+  RowSource source;
+  source.file = file;
+  source.tensor = tensor;
+  source.dtype = entry->dtype;
+  source.rows = entry->shape[0];
+  source.row_shape.assign(entry->shape.begin() + 1, entry->shape.end());
+  // A 1-D inputs tensor holds one value per sample: a model sees one feature. (1-D targets stay scalars: a class
+  // index or one value, as DataSpec has them.)
+  if (inputs && source.row_shape.empty()) source.row_shape = {1};
+  source.row_bytes = (entry->end - entry->begin) / static_cast<std::uint64_t>(source.rows);
+  if (source.row_bytes == 0) config.fail(key, what + " has no values in a row");
+  source.first_row_offset = file->data_start() + entry->begin;
+  return source;
+}
+
+OpenedFile open_file(const PluginConfig& config, const Keys& keys, const std::string& inputs_name,
+                     const std::string& targets_name) {
+  const std::string path = config.get_text(keys.file);
+  std::shared_ptr<const SafetensorsFile> file;
+  try {
+    file = std::make_shared<const SafetensorsFile>(path);
+  } catch (const SafetensorsError& e) {
+    config.fail(keys.file, e.what());
+  }
+  OpenedFile opened;
+  opened.inputs = row_source(config, keys.inputs, file, inputs_name, /*inputs=*/true);
+  opened.targets = row_source(config, keys.targets, file, targets_name, /*inputs=*/false);
+  if (opened.inputs.rows != opened.targets.rows)
+    config.fail(keys.targets, path + ": tensor '" + targets_name + "' holds " + std::to_string(opened.targets.rows) +
+                                  " rows, but '" + inputs_name + "' holds " + std::to_string(opened.inputs.rows) +
+                                  " (a sample is row i of both)");
+  return opened;
+}
+
+// The smallest and largest class in an integer targets tensor, read a few MiB at a time (never the whole tensor:
+// it is small beside the inputs, but not bounded).
+struct ClassRange {
+  std::int64_t min = 0, max = 0;
+  std::int64_t min_row = 0, max_row = 0;
+};
+
+ClassRange scan_classes(const RowSource& targets) {
+  ClassRange range;
+  bool first = true;
+  const std::int64_t chunk = std::max<std::int64_t>(1, kScanBytes / static_cast<std::int64_t>(targets.row_bytes));
+  for (std::int64_t from = 0; from < targets.rows; from += chunk) {
+    const std::int64_t count = std::min(chunk, targets.rows - from);
+    const at::Tensor values = targets.read_range(from, count).to(at::kLong);
+    const std::int64_t* v = values.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (first || v[i] < range.min) range.min = v[i], range.min_row = from + i;
+      if (first || v[i] > range.max) range.max = v[i], range.max_row = from + i;
+      first = false;
+    }
+  }
+  return range;
+}
+
+// Checks an integer targets tensor as class indices and returns its range.
+ClassRange check_classes(const PluginConfig& config, const std::string& key, const RowSource& targets) {
+  const std::string what = targets.file->path() + ": tensor '" + targets.tensor + "'";
+  if (!targets.row_shape.empty())
+    config.fail(key, what + " has shape [" + std::to_string(targets.rows) + ", ...]; class targets are one index " +
+                         "per row, shape [rows] (for values to regress, set task = \"regression\")");
+  const ClassRange range = scan_classes(targets);
+  if (range.min < 0)
+    config.fail(key, what + " holds class " + std::to_string(range.min) + " at row " + std::to_string(range.min_row) +
+                         "; classes are 0, 1, 2, ...");
+  return range;
+}
+
+at::Tensor index_tensor(const std::vector<std::int64_t>& order, std::int64_t from, std::int64_t to) {
+  at::Tensor rows = at::empty({to - from}, at::kLong);
+  std::int64_t* out = rows.data_ptr<std::int64_t>();
+  std::copy(order.begin() + from, order.begin() + to, out);
+  // Sorted: the order within a split does not matter (the sampler draws its own), and sorted rows make an
+  // evaluation's batches runs of nearby rows, read with few calls.
+  std::sort(out, out + (to - from));
+  return rows;
+}
+
+}  // namespace
+
+DatasetSplits make_safetensors_dataset(const PluginConfig& config, const DatasetContext& context) {
+  const std::string inputs_name = config.get_text_or("inputs", "inputs");
+  const std::string targets_name = config.get_text_or("targets", "targets");
+  const OpenedFile train = open_file(config, Keys{"path", "inputs", "targets"}, inputs_name, targets_name);
+  const bool separate_eval = config.has("eval_path");
+  OpenedFile eval;
+  if (separate_eval) {
+    if (config.has("eval_fraction"))
+      config.fail("eval_fraction", "cannot be used with eval_path (the evaluation rows come from that file)");
+    eval = open_file(config, Keys{"eval_path", "eval_path", "eval_path"}, inputs_name, targets_name);
+    const auto differ = [&](const RowSource& a, const RowSource& b, const char* which) {
+      if (a.row_shape != b.row_shape)
+        config.fail("eval_path", b.file->path() + ": tensor '" + b.tensor + "' has rows of shape " +
+                                     shape_text(b.row_shape) + ", but the training file's " + which + " rows have " +
+                                     shape_text(a.row_shape));
+    };
+    differ(train.inputs, eval.inputs, "input");
+    differ(train.targets, eval.targets, "target");
+  }
+
+  // Class indices or values: by the targets' dtype unless task says.
+  const bool integer_targets = at::isIntegralType(train.targets.dtype, /*includeBool=*/true);
+  const std::string task =
+      config.get_choice_or("task", integer_targets ? "classification" : "regression", {"classification", "regression"});
+  const bool classification = task == "classification";
+  for (const OpenedFile* file : {&train, separate_eval ? &eval : static_cast<const OpenedFile*>(nullptr)}) {
+    if (!file || !classification) continue;
+    if (!at::isIntegralType(file->targets.dtype, /*includeBool=*/true))
+      config.fail(file == &eval ? "eval_path" : config.has("task") ? "task" : "targets",
+                  file->targets.file->path() + ": tensor '" + targets_name + "' holds " +
+                      safetensors_dtype_name(file->targets.dtype) +
+                      " values; class targets are stored as integers (U8, I16, I32, I64, ...)");
+  }
+  std::int64_t num_classes = 0;
+  if (classification) {
+    const ClassRange train_range = check_classes(config, "targets", train.targets);
+    std::int64_t largest = train_range.max;
+    const RowSource* largest_in = &train.targets;
+    std::int64_t largest_row = train_range.max_row;
+    if (separate_eval) {
+      const ClassRange eval_range = check_classes(config, "eval_path", eval.targets);
+      if (eval_range.max > largest) {
+        largest = eval_range.max;
+        largest_in = &eval.targets;
+        largest_row = eval_range.max_row;
+      }
+    }
+    if (config.has("num_classes")) {
+      num_classes = config.get_int("num_classes", Range::at_least(1));
+      if (largest >= num_classes)
+        config.fail("num_classes", "is " + std::to_string(num_classes) + ", but " + largest_in->file->path() +
+                                       ": tensor '" + targets_name + "' holds class " + std::to_string(largest) +
+                                       " at row " + std::to_string(largest_row));
+    } else {
+      num_classes = largest + 1;  // the classes are 0 .. the largest that occurs
+    }
+  } else if (config.has("num_classes")) {
+    config.fail("num_classes", "applies to class targets, but the targets are values to regress (task = \"regression\")");
+  }
+
+  DatasetSplits splits;
+  if (separate_eval) {
+    if (context.need_train)
+      splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, at::Tensor(),
+                                                          "safetensors/train");
+    splits.eval = std::make_shared<SafetensorsDataset>(eval.inputs, eval.targets, num_classes, at::Tensor(),
+                                                       "safetensors/eval");
+    return splits;
+  }
+
+  // A seeded split of the one file, as the csv dataset draws it: eval_fraction of the rows from the run's seed; 0
+  // evaluates on the training rows. It keeps one 8-byte row number per row in memory (eval_path keeps none).
+  const double fraction = config.get_number_or("eval_fraction", 0.2, Range::half_open(0, 1));
+  const std::int64_t rows = train.inputs.rows;
+  if (fraction == 0) {
+    const auto all = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, at::Tensor(),
+                                                          "safetensors/train");
+    splits.train = context.need_train ? all : nullptr;
+    splits.eval = all;
+    return splits;
+  }
+  const auto eval_rows = static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(rows)));
+  if (eval_rows == 0 || eval_rows == rows)
+    config.fail("eval_fraction", "leaves " + std::string(eval_rows == 0 ? "no evaluation" : "no training") +
+                                     " rows of " + std::to_string(rows));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) order[static_cast<std::size_t>(i)] = i;
+  detail::PortableRandom random(context.seed ^ kSplitSeedSalt);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[random.below(i)]);
+  if (context.need_train)
+    splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes,
+                                                        index_tensor(order, 0, rows - eval_rows), "safetensors/train");
+  splits.eval = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes,
+                                                     index_tensor(order, rows - eval_rows, rows), "safetensors/eval");
+  return splits;
+}
+
+}  // namespace baton
