@@ -5,8 +5,8 @@
 //   - through the loader with its defaults (workers = 1, prefetch = 2), and with workers = 2, prefetch = 4,
 //   - with workers = 0: Dataset::get in the training thread, in the step's time,
 // interleaved (the order rotates each repeat) so a slow phase of the shared machine hits every configuration alike;
-// the best of several repeats of each. Then a dataset as slow as a step (its get sleeps, as one waiting on storage
-// would) with workers = 0 and with the loader: how much of that latency the loader hides.
+// each is the median of all its timed steps. Then a dataset as slow as a step (its get sleeps, as one waiting on
+// storage would) with workers = 0 and with the loader: how much of that latency the loader hides.
 // Last line: RESULT loader_vs_preloaded=<step time with the loader's defaults / step time on preloaded batches>
 // (goal <= 1.05).
 #include <malloc.h>
@@ -36,7 +36,7 @@ namespace {
 
 constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
 constexpr std::int64_t kBatchSize = 128;
-constexpr std::int64_t kBatches = 24;  // per run
+constexpr std::int64_t kBatches = 16;  // per run
 constexpr std::int64_t kUntimed = 4;   // the first steps of each run (a fresh model: oneDNN's first calls) are not timed
 constexpr int kRepeats = 5;
 
@@ -80,28 +80,34 @@ struct SlowDataset final : baton::Dataset {
   }
 };
 
-// Times the steps from the kUntimed-th batch's before_dataloader to the last batch_end: the time the loop waits for
-// data is inside, as in a long run.
+// The time of each step after the first kUntimed, from its before_dataloader to its batch_end: the time the loop
+// waits for its batch is inside.
 struct StepClock final : baton::Callback {
-  std::chrono::steady_clock::time_point start, end;
-  void before_dataloader(baton::State& state, baton::Logger&) override {
-    if (state.timestamp().batch == kUntimed) start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start;
+  std::vector<double> steps;  // seconds
+  void before_dataloader(baton::State&, baton::Logger&) override { start = std::chrono::steady_clock::now(); }
+  void batch_end(baton::State& state, baton::Logger&) override {
+    if (state.timestamp().batch > kUntimed)  // counted after the batch: batch kUntimed + 1 is step kUntimed + 1
+      steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  void batch_end(baton::State&, baton::Logger&) override { end = std::chrono::steady_clock::now(); }
 };
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
 
 struct Config {
   std::string name;
   const baton::Dataset* data;
   int workers;
   int prefetch;
-  std::vector<double> times;  // seconds per step, one per repeat
-  double best() const { return *std::min_element(times.begin(), times.end()); }
-  double median() const {
-    std::vector<double> sorted = times;
-    std::sort(sorted.begin(), sorted.end());
-    return sorted[sorted.size() / 2];
-  }
+  std::vector<double> runs;   // mean seconds per step of each timed run
+  std::vector<double> steps;  // every timed step of every run
+  double best_run() const { return *std::min_element(runs.begin(), runs.end()); }
+  // The median step of all runs: on a machine shared with other work, a busy moment slows some steps of a run, and
+  // the median of the pooled steps ignores them where a run's mean does not.
+  double median_step() const { return median_of(steps); }
 };
 
 baton::TrainerOptions run_options(int workers, int prefetch) {
@@ -112,7 +118,8 @@ baton::TrainerOptions run_options(int workers, int prefetch) {
   return options;
 }
 
-double seconds_per_step(const Config& config, baton::PluginLoader& loader) {
+// One run of kBatches steps; its timed steps are added to the configuration's (when `record`).
+void run(Config& config, baton::PluginLoader& loader, bool record) {
   at::manual_seed(1);
   baton::ModelSpec spec;
   spec.name = "convnet";
@@ -128,18 +135,22 @@ double seconds_per_step(const Config& config, baton::PluginLoader& loader) {
   auto clock = std::make_shared<StepClock>();
   trainer.add_plugin("step_clock", clock);
   trainer.fit();
-  return std::chrono::duration<double>(clock->end - clock->start).count() / static_cast<double>(kBatches - kUntimed);
+  if (!record) return;
+  double sum = 0;
+  for (double t : clock->steps) sum += t;
+  config.runs.push_back(sum / static_cast<double>(clock->steps.size()));
+  config.steps.insert(config.steps.end(), clock->steps.begin(), clock->steps.end());
 }
 
 // Runs every configuration once per repeat, rotating their order, after one untimed round.
 void measure(std::vector<Config>& configs, baton::PluginLoader& loader) {
-  for (const auto& c : configs) seconds_per_step(c, loader);  // warm-up: oneDNN primitives, allocator, page cache
+  for (auto& c : configs) run(c, loader, false);  // warm-up: oneDNN primitives, allocator, page cache
   for (int r = 0; r < kRepeats; ++r) {
     std::printf("  repeat %d:", r + 1);
     for (std::size_t i = 0; i < configs.size(); ++i) {
       Config& c = configs[(i + static_cast<std::size_t>(r)) % configs.size()];
-      c.times.push_back(seconds_per_step(c, loader));
-      std::printf("  %s %.1f ms", c.name.c_str(), 1e3 * c.times.back());
+      run(c, loader, true);
+      std::printf("  %s %.1f ms", c.name.c_str(), 1e3 * c.runs.back());
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -165,30 +176,31 @@ int main() {
   baton::PluginLoader loader(loader_options);
 
   std::printf("convnet 32-64-128, amp_bf16 + channels_last, batch %lld on %s (%lld samples), steps %lld to %lld of "
-              "each run timed, %d repeats, %d threads\n",
+              "each run timed, %d repeats interleaved, %d threads\n",
               static_cast<long long>(kBatchSize), fashion.name.c_str(), static_cast<long long>(fashion.size()),
               static_cast<long long>(kUntimed + 1), static_cast<long long>(kBatches), kRepeats, at::get_num_threads());
-  std::vector<Config> configs{{"preloaded", &preloaded, 0, 0, {}},
-                              {"loader w1 p2", &fashion, 1, 2, {}},
-                              {"loader w2 p4", &fashion, 2, 4, {}},
-                              {"get in step (w0)", &fashion, 0, 0, {}}};
+  std::vector<Config> configs{{"preloaded", &preloaded, 0, 0, {}, {}},
+                              {"loader w1 p2", &fashion, 1, 2, {}, {}},
+                              {"loader w2 p4", &fashion, 2, 4, {}, {}},
+                              {"get in step (w0)", &fashion, 0, 0, {}, {}}};
   measure(configs, loader);
-  const double base = configs[0].best();
-  std::printf("%-18s %9s %9s %12s\n", "batches from", "best", "median", "best/preload");
+  const double base = configs[0].median_step();
+  std::printf("%-18s %12s %10s %15s\n", "batches from", "median step", "best run", "median/preload");
   for (const auto& c : configs)
-    std::printf("%-18s %6.2f ms %6.2f ms %12.3f\n", c.name.c_str(), 1e3 * c.best(), 1e3 * c.median(), c.best() / base);
+    std::printf("%-18s %9.2f ms %7.2f ms %15.3f\n", c.name.c_str(), 1e3 * c.median_step(), 1e3 * c.best_run(),
+                c.median_step() / base);
 
   // A dataset whose get costs as much as a step: fetched in the step, it doubles the step time; the loader's
   // worker waits for it while the step runs.
   const auto delay = std::chrono::microseconds(static_cast<std::int64_t>(1e6 * base));
   const SlowDataset slow(fashion, delay);
-  std::vector<Config> slow_configs{{"slow, w0", &slow, 0, 0, {}}, {"slow, loader w1 p2", &slow, 1, 2, {}}};
+  std::vector<Config> slow_configs{{"slow, w0", &slow, 0, 0, {}, {}}, {"slow, loader w1 p2", &slow, 1, 2, {}, {}}};
   measure(slow_configs, loader);
-  const double synchronous = slow_configs[0].best(), loaded = slow_configs[1].best();
-  std::printf("slow dataset (get sleeps %.1f ms, one step): w0 %.2f ms/step, loader w1 p2 %.2f ms/step, "
-              "preloaded %.2f ms/step: the loader hides %.0f%% of the get's time\n",
+  const double synchronous = slow_configs[0].median_step(), loaded = slow_configs[1].median_step();
+  std::printf("slow dataset (get sleeps %.1f ms, one step): median step with w0 %.2f ms, with the loader (w1 p2) "
+              "%.2f ms, preloaded %.2f ms: the loader hides %.0f%% of the get's time\n",
               1e-3 * static_cast<double>(delay.count()), 1e3 * synchronous, 1e3 * loaded, 1e3 * base,
               100.0 * (synchronous - loaded) / (synchronous - base));
-  std::printf("RESULT loader_vs_preloaded=%.4f\n", configs[1].best() / base);
+  std::printf("RESULT loader_vs_preloaded=%.4f\n", configs[1].median_step() / base);
   return 0;
 }

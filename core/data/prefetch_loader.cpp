@@ -63,6 +63,10 @@ std::string message_of(std::exception_ptr error) {
   }
 }
 
+// A thread running `body`. Taking a std::function keeps the loader's own types out of std::thread's and
+// std::vector's template instantiations, which libbaton would otherwise export as weak baton:: symbols.
+std::thread start_thread(std::function<void()> body) { return std::thread(std::move(body)); }
+
 }  // namespace
 
 BatchPlan sampler_plan(const BatchSampler& sampler, std::int64_t epoch, std::int64_t batch_in_epoch,
@@ -201,7 +205,7 @@ struct PrefetchLoader::Impl {
     slots.resize(static_cast<std::size_t>(options.prefetch));
     threads.reserve(static_cast<std::size_t>(options.workers));
     try {
-      for (int i = 0; i < options.workers; ++i) threads.emplace_back([this] { work(); });
+      for (int i = 0; i < options.workers; ++i) threads.push_back(start_thread([this] { work(); }));
     } catch (...) {
       stop();
       throw;
