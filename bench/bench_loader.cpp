@@ -6,7 +6,7 @@
 //   - with workers = 0: Dataset::get in the training thread, in the step's time,
 // interleaved (the order rotates each repeat) so a slow phase of the shared machine hits every configuration alike;
 // each is the median of all its timed steps. Then a dataset as slow as a step (its get sleeps, as one waiting on
-// storage would) with workers = 0 and with the loader: how much of that latency the loader hides.
+// storage would) with workers = 0 and with two workers: how much of that latency the loader hides.
 // Last line: RESULT loader_vs_preloaded=<step time with the loader's defaults / step time on preloaded batches>
 // (goal <= 1.05).
 #include <malloc.h>
@@ -190,14 +190,14 @@ int main() {
     std::printf("%-18s %9.2f ms %7.2f ms %15.3f\n", c.name.c_str(), 1e3 * c.median_step(), 1e3 * c.best_run(),
                 c.median_step() / base);
 
-  // A dataset whose get costs as much as a step: fetched in the step, it doubles the step time; the loader's
-  // worker waits for it while the step runs.
+  // A dataset whose get waits as long as a step: fetched in the step, it doubles the step time. Two workers (each
+  // get takes a step's time, so one alone would only just keep pace) wait for it while the step runs.
   const auto delay = std::chrono::microseconds(static_cast<std::int64_t>(1e6 * base));
   const SlowDataset slow(fashion, delay);
-  std::vector<Config> slow_configs{{"slow, w0", &slow, 0, 0, {}, {}}, {"slow, loader w1 p2", &slow, 1, 2, {}, {}}};
+  std::vector<Config> slow_configs{{"slow, w0", &slow, 0, 0, {}, {}}, {"slow, loader w2 p4", &slow, 2, 4, {}, {}}};
   measure(slow_configs, loader);
   const double synchronous = slow_configs[0].median_step(), loaded = slow_configs[1].median_step();
-  std::printf("slow dataset (get sleeps %.1f ms, one step): median step with w0 %.2f ms, with the loader (w1 p2) "
+  std::printf("slow dataset (get sleeps %.1f ms, one step): median step with w0 %.2f ms, with the loader (w2 p4) "
               "%.2f ms, preloaded %.2f ms: the loader hides %.0f%% of the get's time\n",
               1e-3 * static_cast<double>(delay.count()), 1e3 * synchronous, 1e3 * loaded, 1e3 * base,
               100.0 * (synchronous - loaded) / (synchronous - base));
