@@ -85,6 +85,8 @@ std::string read_device(const PluginConfig& s, std::string_view key, const std::
 
 const Range kAtLeastOne = Range::at_least(1);
 const Range kNonNegative = Range::at_least(0);
+// More loader threads than cores can pay for a dataset that waits on storage; this many is a typo.
+constexpr double kMaxWorkers = 256;
 
 // ---- sections ----
 
@@ -106,6 +108,12 @@ void read_data(const PluginConfig& s, DataSection& data) {
   read_component(s, data, "fashion-mnist");
   data.batch_size = s.get_int_or("batch_size", data.batch_size, kAtLeastOne);
   data.eval_batch_size = s.get_int_or("eval_batch_size", data.eval_batch_size, kAtLeastOne);
+  // The loader's keys are the trainer's, not the dataset component's: read here, they are not unknown keys to it.
+  data.workers = s.get_int_or("workers", data.workers, Range::closed(0, kMaxWorkers));
+  data.prefetch = s.get_int_or("prefetch", 2 * data.workers, kAtLeastOne);
+  if (data.workers > 0 && data.prefetch < data.workers)
+    s.fail("prefetch", "expected at least workers (" + std::to_string(data.workers) +
+                           ": each worker fetches one of the batches ahead), got " + std::to_string(data.prefetch));
   for (auto& [name, view] : s.get_entries("metrics")) data.metrics.push_back(ComponentSection{name, view});
 }
 

@@ -34,6 +34,8 @@ struct DataSection : ComponentSection {
   // name: the dataset ("fashion-mnist", "mnist", "synthetic", "csv", ... or a plugin's)
   std::int64_t batch_size = 128;        // >= 1
   std::int64_t eval_batch_size = 1000;  // >= 1
+  std::int64_t workers = 1;   // 0 to 256: loader threads; 0 fetches each batch in the training thread
+  std::int64_t prefetch = 2;  // >= workers: batches fetched ahead; when not given, 2 per worker
   /// metrics = ["accuracy", { name = "top_k", k = 3 }]: the evaluation metrics (registered names, each with its
   /// keys); empty: the data's default (accuracy for classes; mae, rmse and r2 for values).
   std::vector<ComponentSection> metrics;

@@ -252,6 +252,26 @@ allow_insecure = true
           "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
   }
 
+  TEST_CASE("[data] workers and prefetch: defaults, 2 per worker, checked against each other") {
+    const RunConfig defaults = parse("");
+    CHECK(defaults.data.workers == 1);
+    CHECK(defaults.data.prefetch == 2);
+    CHECK(parse("[data]\nworkers = 3\n").data.prefetch == 6);
+    CHECK(parse("[data]\nworkers = 0\nprefetch = 5\n").data.workers == 0);  // prefetch is unused then
+    const RunConfig given = parse("[data]\nworkers = 2\nprefetch = 2\n");
+    CHECK(given.data.prefetch == 2);
+    // Generic keys: read here, so the dataset component does not see them as its own unknown keys.
+    CHECK(given.data.config.unread_keys().empty());
+    CHECK(failure("[data]\nworkers = 4\nprefetch = 3\n").what ==
+          "cfg.toml:3:12: data.prefetch: expected at least workers (4: each worker fetches one of the batches ahead), "
+          "got 3");
+    CHECK(failure("[data]\nprefetch = 1\n", {"data.workers=2"}).key == "data.prefetch");
+    CHECK(failure("[data]\nworkers = -1\n").what ==
+          "cfg.toml:2:11: data.workers: expected an integer in [0, 256], got integer -1");
+    CHECK(failure("[data]\nprefetch = 0\n").key == "data.prefetch");
+    CHECK(failure("[data]\nworkers = 1.5\n").key == "data.workers");
+  }
+
   TEST_CASE("[distributed]: backend and timeout") {
     const RunConfig c = parse("[distributed]\nbackend = \"nccl\"\ntimeout_seconds = 5\n");
     CHECK(c.distributed.backend == "nccl");

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 
-#include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
 #include <c10/core/GradMode.h>
@@ -19,6 +18,14 @@
 #include "trainer/precision.h"
 
 namespace baton {
+
+PrefetchOptions loader_options(const TrainerOptions& options) {
+  PrefetchOptions out;
+  out.workers = options.workers;
+  out.prefetch = options.prefetch;
+  out.device = at::Device(options.device);
+  return out;
+}
 
 Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
                      const Model& model, const Dataset& data, LossFunction loss, std::vector<NamedMetric> metrics,
@@ -83,11 +90,10 @@ EvalResult Evaluator::pass(const std::string& label) {
     // Each rank evaluates its contiguous share; the sums are reduced below.
     const std::int64_t first = data_.size() * options_.rank / options_.world_size;
     const std::int64_t n = data_.size() * (options_.rank + 1) / options_.world_size;
+    PrefetchLoader loader(data_, sequential_plan(first, n, options_.eval_batch_size), loader_options(options_));
     for (std::int64_t begin = first; begin < n; begin += options_.eval_batch_size) {
       const std::int64_t end = std::min(n, begin + options_.eval_batch_size);
-      const Batch batch = data_.get(at::arange(begin, end, at::kLong));
-      state_.batch.inputs = batch.inputs.to(device);
-      state_.batch.targets = batch.targets.to(device);
+      state_.batch = to_device(loader.next(), device);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
       {
@@ -175,14 +181,11 @@ PredictResult Evaluator::predict(const Dataset& data) {
   std::vector<at::Tensor> outputs, targets;
   {
     c10::NoGradGuard no_grad;
-    for (std::int64_t begin = 0; begin < data.size(); begin += options_.eval_batch_size) {
-      const std::int64_t end = std::min(data.size(), begin + options_.eval_batch_size);
-      const Batch batch = data.get(at::arange(begin, end, at::kLong));
-      state_.batch.inputs = batch.inputs.to(device);
-      if (batch.targets.defined()) {
-        state_.batch.targets = batch.targets.to(device);
-        targets.push_back(batch.targets);
-      }
+    PrefetchLoader loader(data, sequential_plan(0, data.size(), options_.eval_batch_size), loader_options(options_));
+    while (!loader.done()) {
+      const Batch batch = loader.next();
+      state_.batch = to_device(batch, device);
+      if (batch.targets.defined()) targets.push_back(batch.targets);
       engine_.fire(Event::predict_batch_start);
       engine_.fire(Event::predict_before_forward);
       {

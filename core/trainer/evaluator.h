@@ -8,11 +8,16 @@
 #include <vector>
 
 #include "baton/trainer.h"
+#include "data/prefetch_loader.h"
 
 namespace baton {
 
 class Engine;
 class RunLogger;
+
+/// The loader settings of a run (TrainerOptions::workers, prefetch and device), shared by training, evaluation and
+/// prediction.
+PrefetchOptions loader_options(const TrainerOptions& options);
 
 class Evaluator {
  public:

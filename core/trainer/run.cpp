@@ -235,6 +235,8 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.eval_interval = config.trainer.eval_interval;
   t.batch_size = config.data.batch_size;
   t.eval_batch_size = config.data.eval_batch_size;
+  t.workers = static_cast<int>(config.data.workers);
+  t.prefetch = static_cast<int>(config.data.prefetch);
   t.seed = static_cast<std::uint64_t>(config.run.seed);
   t.device = config.trainer.device;
   // One GPU per rank on each machine, as torchrun's LOCAL_RANK means.

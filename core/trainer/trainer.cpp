@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include <ATen/ops/cat.h>
@@ -21,6 +22,7 @@
 
 #include "baton/communicator.h"
 #include "baton/builtin_datasets.h"
+#include "data/prefetch_loader.h"
 #include "data/sampler.h"
 #include "engine/engine.h"
 #include "logging/progress.h"
@@ -74,6 +76,14 @@ Precision checked_precision(const TrainerOptions& options) {
   return precision;
 }
 
+// The loader's settings are checked with the trainer's, before any thread starts.
+void check_loader(const TrainerOptions& options) {
+  if (options.workers < 0) throw Error("trainer: workers must be >= 0, got " + std::to_string(options.workers));
+  if (options.workers > 0 && options.prefetch < options.workers)
+    throw Error("trainer: prefetch (" + std::to_string(options.prefetch) + ") must be at least workers (" +
+                std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
+}
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -104,6 +114,7 @@ struct Trainer::Impl {
         schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
         model_export(run_failed),
         plots(history, evaluator.metrics()) {
+    check_loader(options);
     state.device = options.device;
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
@@ -253,6 +264,34 @@ struct Trainer::Impl {
       loss.backward();
   }
 
+  // --- the data ----------------------------------------------------------------------------------------------
+
+  // The batch at the loop's position, from the loader. The loader runs ahead from where it was started, so it is
+  // (re)started at the loop's position when there is none yet (the first batch, or the first after a resume), when
+  // it has delivered all it was asked for, or when the position moved without it.
+  Batch next_train_batch() {
+    const auto& now = state.progress.now;
+    const std::int64_t per_epoch = sampler.batches_per_epoch();
+    const std::int64_t position = now.epoch * per_epoch + now.batch_in_epoch;
+    if (!train_loader || train_loader->done() || loader_start + train_loader->position() != position) {
+      train_loader.reset();  // its threads are joined before the new loader's start
+      train_loader = std::make_unique<PrefetchLoader>(
+          *train, sampler_plan(sampler, now.epoch, now.batch_in_epoch, batches_left()), loader_options(options));
+      loader_start = position;
+    }
+    return train_loader->next();
+  }
+
+  // The batches from here to max_duration, so the loader fetches none past the run's end. Samples convert to
+  // batches rounding up (never fewer than the loop runs); a length in dur, which only an embedding program can
+  // give, has no batch count before the run knows its own: the loader then runs until the trainer stops it.
+  std::int64_t batches_left() const {
+    const TimeUnit unit = options.max_duration.unit();
+    if (unit != TimeUnit::epoch && unit != TimeUnit::batch && unit != TimeUnit::sample)
+      return std::numeric_limits<std::int64_t>::max();
+    return std::max<std::int64_t>(1, state.progress.to_batches(options.max_duration) - state.progress.now.batch);
+  }
+
   // Draws the batch and trains on it: after_dataloader … after_train_batch, then the optimizer step (after
   // after_train_batch, as in Composer, so gradient clipping sees the averaged gradients). Returns the loss.
   at::Tensor train_batch(at::Device device) {
@@ -260,9 +299,9 @@ struct Trainer::Impl {
     fire(Event::before_dataloader);
     std::int64_t drawn = 0;  // time counts the samples drawn, whatever a plugin makes of the batch on State
     {
-      Batch batch = train->get(sampler.batch_indices(now.epoch, now.batch_in_epoch));
+      Batch batch = next_train_batch();
       drawn = batch.size();
-      state.batch = Batch{batch.inputs.to(device), batch.targets.to(device)};
+      state.batch = to_device(batch, device);
     }
     fire(Event::after_dataloader);
     fire(Event::batch_start);
@@ -413,6 +452,8 @@ struct Trainer::Impl {
       failure = std::current_exception();
       state.clear_step_data();  // a batch that failed half-way leaves nothing on State for fit_end
     }
+    // The loader's threads end with the training: a stop or an error leaves at most `prefetch` batches unused.
+    train_loader.reset();
     finish(failure);
     FitResult result;
     result.end = state.progress.now;
@@ -494,6 +535,8 @@ struct Trainer::Impl {
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> eval;
   BatchSampler sampler;
+  std::unique_ptr<PrefetchLoader> train_loader;  // after `train`, which it reads: destroyed before it
+  std::int64_t loader_start = 0;                 // the epoch * batches_per_epoch + batch_in_epoch it started at
   State state;
   PluginList plugins;
   RunLogger logger;

@@ -49,6 +49,7 @@ static_assert(std::is_convertible_v<torch::nn::AnyModule, baton::Model>);
 static_assert(!std::is_convertible_v<torch::nn::LSTM, baton::Model>);
 
 using baton::test::make_trainer;
+using baton::test::same_weights;
 using baton::test::quiet_options;
 
 namespace {
@@ -116,19 +117,6 @@ struct EndWatcher : baton::Callback {
 };
 
 
-
-bool same_weights(torch::nn::Module& a, torch::nn::Module& b) {
-  auto pa = a.named_parameters(true);
-  auto pb = b.named_parameters(true);
-  if (pa.size() != pb.size()) return false;
-  for (const auto& item : pa)
-    if (!at::equal(item.value(), pb[item.key()])) return false;
-  auto ba = a.named_buffers(true);
-  auto bb = b.named_buffers(true);
-  for (const auto& item : ba)
-    if (!at::equal(item.value(), bb[item.key()])) return false;
-  return true;
-}
 
 std::vector<std::string> train_batch_events() {
   return {"before_dataloader", "after_dataloader", "batch_start",   "before_train_batch", "before_forward",

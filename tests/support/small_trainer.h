@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/ops/equal.h>
 #include <torch/optim/sgd.h>
 
 #include "baton/trainer.h"
@@ -31,7 +32,10 @@ inline TrainerOptions quiet_options(const std::string& run_dir = "") {
 
 /// `model` "mlp" (one hidden layer of 16, no batch statistics: a batch's outputs depend only on its own rows)
 /// instead of the convnet.
-inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, const std::string& model_name = "convnet") {
+/// The same model and optimizer on datasets of the caller's (which should hold 1x28x28 images in 10 classes).
+inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, std::shared_ptr<const Dataset> train,
+                                             std::shared_ptr<const Dataset> eval,
+                                             const std::string& model_name = "convnet") {
   at::manual_seed(5);
   ModelSpec spec;
   spec.name = model_name;
@@ -39,8 +43,26 @@ inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, const std::
   auto model = make_model(spec);
   auto optimizer =
       std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  return std::make_unique<Trainer>(model, optimizer, make_synthetic_dataset(96, 7), make_synthetic_dataset(50, 8),
-                                   std::move(options));
+  return std::make_unique<Trainer>(model, optimizer, std::move(train), std::move(eval), std::move(options));
+}
+
+inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, const std::string& model_name = "convnet") {
+  return make_trainer(std::move(options), std::make_shared<TensorDataset>(make_synthetic_dataset(96, 7)),
+                      std::make_shared<TensorDataset>(make_synthetic_dataset(50, 8)), model_name);
+}
+
+/// Whether two models hold bitwise the same parameters and buffers (BatchNorm's running statistics included).
+inline bool same_weights(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.named_parameters(true);
+  auto pb = b.named_parameters(true);
+  if (pa.size() != pb.size()) return false;
+  for (const auto& item : pa)
+    if (!at::equal(item.value(), pb[item.key()])) return false;
+  auto ba = a.named_buffers(true);
+  auto bb = b.named_buffers(true);
+  for (const auto& item : ba)
+    if (!at::equal(item.value(), bb[item.key()])) return false;
+  return true;
 }
 
 }  // namespace baton::test

@@ -45,6 +45,11 @@ struct TrainerOptions {
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
   std::int64_t batch_size = 128;
   std::int64_t eval_batch_size = 1000;
+  /// The data loader (docs/data.md): `workers` background threads call Dataset::get for the batches ahead, at most
+  /// `prefetch` batches ahead of the one being trained on (or evaluated, or predicted). 0 workers: each batch is
+  /// fetched in the trainer's thread when it is needed. Every setting trains on the same batches in the same order.
+  int workers = 1;
+  int prefetch = 2;  // >= workers when workers > 0
   std::uint64_t seed = 42;     // data order; the caller seeds model initialisation
   std::string device = "cpu";  // where the model, optimizer state and batches live
   std::string run_dir;         // metrics.jsonl, checkpoints/, model.safetensors; empty: write nothing
