@@ -9,6 +9,8 @@
 #include <initializer_list>
 #include <limits>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "config/toml_node.h"
 
@@ -202,23 +204,28 @@ PluginEntry read_plugin(toml::table& table, std::size_t index, const Context& ct
   return plugin;
 }
 
-std::vector<PluginEntry> read_plugins(toml::table& root, const Context& ctx) {
-  toml::node* node = root.get("plugins");
-  if (node == nullptr) return {};
+// An array of tables ([[plugins]], [[eval]]): `read(table, index)` for each, in file order.
+template <class Read>
+auto read_tables(toml::table& root, const std::string& key, const Context& ctx, Read read) {
+  std::vector<decltype(read(std::declval<toml::table&>(), std::size_t{}))> out;
+  toml::node* node = root.get(key);
+  if (node == nullptr) return out;
   toml::array* array = node->as_array();
   if (array == nullptr)
-    throw ConfigError(location_of(*node, ctx.file), "plugins",
-                      "expected an array of tables ([[plugins]]), got " + describe(*node));
-  std::vector<PluginEntry> plugins;
+    throw ConfigError(location_of(*node, ctx.file), key,
+                      "expected an array of tables ([[" + key + "]]), got " + describe(*node));
   for (std::size_t i = 0; i < array->size(); ++i) {
-    toml::node& element = (*array)[i];
-    toml::table* table = element.as_table();
+    toml::table* table = (*array)[i].as_table();
     if (table == nullptr)
-      throw ConfigError(location_of(element, ctx.file), "plugins." + std::to_string(i),
-                        "expected a table, got " + describe(element));
-    plugins.push_back(read_plugin(*table, i, ctx));
+      throw ConfigError(location_of((*array)[i], ctx.file), key + "." + std::to_string(i),
+                        "expected a table, got " + describe((*array)[i]));
+    out.push_back(read(*table, i));
   }
-  return plugins;
+  return out;
+}
+
+std::vector<PluginEntry> read_plugins(toml::table& root, const Context& ctx) {
+  return read_tables(root, "plugins", ctx, [&](toml::table& table, std::size_t i) { return read_plugin(table, i, ctx); });
 }
 
 // [[eval]]: extra evaluation sets. The generic keys are read here; a set's own dataset and its metrics read theirs
@@ -253,20 +260,12 @@ EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<Eva
 }
 
 std::vector<EvalEntry> read_evals(toml::table& root, const Context& ctx) {
-  toml::node* node = root.get("eval");
-  if (node == nullptr) return {};
-  toml::array* array = node->as_array();
-  if (array == nullptr)
-    throw ConfigError(location_of(*node, ctx.file), "eval",
-                      "expected an array of tables ([[eval]]), got " + describe(*node));
   std::vector<EvalEntry> evals;
-  for (std::size_t i = 0; i < array->size(); ++i) {
-    toml::table* table = (*array)[i].as_table();
-    if (table == nullptr)
-      throw ConfigError(location_of((*array)[i], ctx.file), "eval." + std::to_string(i),
-                        "expected a table, got " + describe((*array)[i]));
-    evals.push_back(read_eval(*table, i, evals, ctx));
-  }
+  // Each set is read knowing the earlier ones (names must differ).
+  read_tables(root, "eval", ctx, [&](toml::table& table, std::size_t i) {
+    evals.push_back(read_eval(table, i, evals, ctx));
+    return 0;
+  });
   return evals;
 }
 
