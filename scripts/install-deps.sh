@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages baton needs (Debian 12 and 13 name them alike), only those that are missing. Safe to
 # run again. python3-torch brings torchrun, which the distributed tests run baton under; python3-sklearn the CSV
-# data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit).
+# data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit); time
+# (GNU time) measures the peak memory of the safetensors dataset's memory test.
 set -euo pipefail
 
 packages=(
@@ -9,7 +10,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   libtomlplusplus-dev doctest-dev libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev
-  dataset-fashion-mnist python3 python3-torch python3-sklearn
+  dataset-fashion-mnist python3 python3-torch python3-sklearn time
 )
 
 missing=()

@@ -33,7 +33,11 @@ class OneIntraOpThread {
  public:
   OneIntraOpThread() {
 #ifdef _OPENMP
-    at::internal::lazy_init_num_threads();  // else ATen's first parallel_for here would set the count back
+    // LibTorch sets a thread's OpenMP count at the thread's first parallel call (a lazy per-thread init); run that
+    // init now, or it would set the count back later. Both: the inline lazy_init's flag is this library's copy,
+    // and LibTorch 2.x keeps its own inside get_num_threads (a worker then ran get on 2 threads on Debian 13).
+    at::internal::lazy_init_num_threads();
+    (void)at::get_num_threads();
     saved_ = omp_get_max_threads();
     omp_set_num_threads(1);
 #endif
