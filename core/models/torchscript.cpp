@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/nn/module.h>
 
@@ -62,6 +63,9 @@ class ScriptedModule final : public torch::nn::Module {
 
 Model torchscript_model(const torch::jit::Module& module) {
   if (!module.find_method("forward")) throw Error("the TorchScript module has no forward method");
+  // LibTorch's TensorExpr fuser compiles fused CPU kernels with LLVM at the first steps; on Debian 13's LibTorch
+  // 2.6 that compilation ran for minutes on a three-layer model. The interpreter runs the same operators unfused.
+  torch::jit::setTensorExprFuserEnabled(false);
   auto scripted = std::make_shared<ScriptedModule>(module);
   scripted->train(module.is_training());
   return Model(scripted, [scripted](const at::Tensor& inputs) { return scripted->forward(inputs); });
