@@ -9,37 +9,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAILED: " + message, flush=True)
-    return condition
-
-
-def require(condition, message):
-    if not condition:
-        print("FAILED: " + message, flush=True)
-        sys.exit(1)
-
-
-def run(cmd, cwd=None, env=None, expect=0):
-    """Runs cmd; returns (status, stdout, stderr). A status other than `expect` (unless None) stops the test."""
-    print("$ " + " ".join(str(c) for c in cmd), flush=True)
-    started = time.monotonic()
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True)
-    print(f"  (exit {proc.returncode}, {time.monotonic() - started:.1f} s)", flush=True)
-    if expect is not None and proc.returncode != expect:
-        print(proc.stdout[-4000:] + "\n" + proc.stderr[-4000:], flush=True)
-        require(False, f"{cmd[0]} exited with {proc.returncode}, expected {expect}")
-    return proc.returncode, proc.stdout, proc.stderr
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, finish, require, run  # noqa: E402
 
 
 def user_env():
@@ -66,12 +41,13 @@ def check_installed_files(prefix, build):
 
 
 def check_installed_binary(prefix, installed_plugins):
-    _, ldd, _ = run(["ldd", prefix / "bin/baton"], env=user_env())
+    ldd = run(["ldd", prefix / "bin/baton"], env=user_env()).stdout
     line = next((l for l in ldd.splitlines() if "libbaton.so" in l), "")
     resolved = os.path.realpath(line.split("=>")[-1].split("(")[0].strip()) if "=>" in line else ""
     check(resolved.startswith(os.path.realpath(prefix / "lib") + os.sep),
           f"the installed baton does not find libbaton in {prefix}/lib by itself: {line.strip()!r}")
-    status, out, err = run([prefix / "bin/baton", "plugins"], env=user_env(), expect=None)
+    proc = run([prefix / "bin/baton", "plugins"], env=user_env(), expect=None)
+    status, out, err = proc.returncode, proc.stdout, proc.stderr
     check(status == 0, f"baton plugins exited with {status}: {err}")
     check(str(prefix / "lib/baton/plugins") in out, f"baton plugins does not search {prefix}/lib/baton/plugins")
     check("warning" not in err, f"an installed plugin does not load: {err.strip()}")
@@ -99,7 +75,7 @@ def check_header_is_light(args, prefix, scratch):
     includes = ["-I", prefix / "include"]
     for d in filter(None, args.torch_includes.split(":")):
         includes += ["-isystem", d]
-    _, deps, _ = run([args.cxx, "-std=c++17", *args.torch_cxx_flags.split(), *includes, "-M", source])
+    deps = run([args.cxx, "-std=c++17", *args.torch_cxx_flags.split(), *includes, "-M", source]).stdout
     headers = deps.replace("\\\n", " ").split()[2:]
     heavy = [h for h in headers if re.search(r"/torch/(torch\.h|nn\.h|nn/)", h)]
     check(not heavy, f"baton/plugin.h pulls in heavy LibTorch headers: {heavy[:5]}")
@@ -157,8 +133,7 @@ def plugins_toml(plugin_dir, clip_keys, logger_keys):
 def train(prefix, run_root, name, plugin_dir, clip_keys, logger_keys, expect=0):
     config = run_root / f"{name}.toml"
     config.write_text(BASE_CONFIG.format(name=name) + plugins_toml(plugin_dir, clip_keys, logger_keys))
-    status, out, err = run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env(), expect=expect)
-    return config, err
+    return config, run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env(), expect=expect).stderr
 
 
 def check_training(prefix, run_root, plugin_dir):
@@ -275,10 +250,11 @@ def check_docs_example(args, prefix, scratch, run_root):
         return run([prefix / "bin/baton", "train", config.name], cwd=run_root, env=user_env(), expect=expect)
 
     # Any loss is below 100: the run stops at the first check, batch 2.
-    _, out, _ = train_with("stop_on_loss", 'threshold = 100.0\nevery = "2ba"', 0)
+    out = train_with("stop_on_loss", 'threshold = 100.0\nevery = "2ba"', 0).stdout
     check("trained to ep 0 ba 2" in out and "stopped: train/loss below 100" in out,
           f"the docs' stop_on_loss did not stop the run at batch 2: {out!r}")
-    status, _, err = train_with("stop_on_loss_zero", 'threshold = 0.5\nevery = "0ba"', None)
+    proc = train_with("stop_on_loss_zero", 'threshold = 0.5\nevery = "0ba"', None)
+    status, err = proc.returncode, proc.stderr
     check(status == 2 and "plugins.stop_on_loss.every: expected a time > 0, got string \"0ba\"" in err,
           f"every = \"0ba\": expected exit 2 and a configuration error, got exit {status}: {err!r}")
 
@@ -299,7 +275,8 @@ def check_embedding(args, prefix, scratch):
     run(["cmake", "-S", project, "-B", project / "build", f"-DCMAKE_PREFIX_PATH={prefix}",
          f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
     run(["cmake", "--build", project / "build", "-j1"], env=user_env())
-    status, out, err = run([project / "build/spirals"], cwd=scratch, env=user_env(), expect=None)
+    proc = run([project / "build/spirals"], cwd=scratch, env=user_env(), expect=None)
+    status, out, err = proc.returncode, proc.stdout, proc.stderr
     check(status == 0, f"the embedding program exited with {status}: {out[-2000:]} {err[-2000:]}")
     loaded = next((l for l in out.splitlines() if l.startswith("loaded ema")), "")
     check(str(prefix / "lib/baton/plugins/ema.so") in loaded,
@@ -350,8 +327,7 @@ def main():
     check_docs_example(args, prefix, scratch, run_root)
     check_embedding(args, prefix, scratch)
 
-    print(f"sdk_install: {len(failures)} failed checks, {time.monotonic() - started:.0f} s", flush=True)
-    return 1 if failures else 0
+    return finish("sdk_install", started)
 
 
 if __name__ == "__main__":

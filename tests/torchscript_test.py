@@ -10,12 +10,13 @@ are read by the LibTorch that matches the writer. Run by CTest; exit 77 (skipped
 any failed check."""
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+from checks import check, finish, run  # noqa: E402
 
 try:
     import torch
@@ -23,28 +24,6 @@ try:
 except ImportError:
     print("SKIPPED: this Python has no torch (install python3-torch)")
     sys.exit(77)
-
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAILED: " + message, flush=True)
-    return condition
-
-
-def run(cmd, cwd, expect=0):
-    print("$ " + " ".join(str(c) for c in cmd), flush=True)
-    started = time.monotonic()
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True)
-    print(f"  (exit {proc.returncode}, {time.monotonic() - started:.1f} s)", flush=True)
-    if expect is not None and proc.returncode != expect:
-        print(proc.stdout[-4000:] + "\n" + proc.stderr[-4000:], flush=True)
-        print(f"FAILED: {cmd[0]} {cmd[1]} exited with {proc.returncode}, expected {expect}")
-        sys.exit(1)
-    return proc
-
 
 # --- the models, as a user writes them ---------------------------------------------------------------------------
 
@@ -250,6 +229,7 @@ def main():
     parser.add_argument("--build-dir", required=True, type=Path)
     parser.add_argument("--torch-version", required=True, help="LibTorch's version, major.minor")
     args = parser.parse_args()
+    started = time.monotonic()
     python_torch = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     if python_torch != args.torch_version:
         print(f"SKIPPED: Python's torch is {torch.__version__}, LibTorch {args.torch_version}: their TorchScript "
@@ -270,11 +250,7 @@ def main():
     check_resume(baton, folder, reference)
     check_data_parallel(baton, folder)
     check_errors(baton, folder)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all TorchScript checks passed")
-    return 0
+    return finish("torchscript", started)
 
 
 if __name__ == "__main__":

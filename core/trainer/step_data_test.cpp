@@ -22,39 +22,12 @@ using baton::Time;
 using baton::TimeUnit;
 using baton::test::make_trainer;
 using baton::test::quiet_options;
+using baton::test::hand_cross_entropy;
+using baton::test::labels_of;
+using baton::test::rows_of;
+using baton::test::values_of;
 
 namespace {
-
-// The rows of a 2-d tensor as doubles, so that the expected values below are computed by plain loops, not by the
-// ATen calls the trainer uses.
-std::vector<std::vector<double>> rows_of(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kDouble).cpu().contiguous();
-  std::vector<std::vector<double>> rows(d.size(0), std::vector<double>(d.size(1)));
-  const double* p = d.data_ptr<double>();
-  for (std::int64_t i = 0; i < d.size(0); ++i)
-    for (std::int64_t j = 0; j < d.size(1); ++j) rows[i][j] = p[i * d.size(1) + j];
-  return rows;
-}
-
-std::vector<std::int64_t> labels_of(const at::Tensor& t) {
-  at::Tensor l = t.to(at::kLong).cpu().contiguous();
-  return std::vector<std::int64_t>(l.data_ptr<std::int64_t>(), l.data_ptr<std::int64_t>() + l.numel());
-}
-
-// -sum_c p_c log softmax(o)_c, averaged over rows: cross entropy written out by hand.
-double hand_cross_entropy(const std::vector<std::vector<double>>& logits,
-                          const std::vector<std::vector<double>>& probabilities) {
-  double total = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    double top = logits[i][0];
-    for (double v : logits[i]) top = std::max(top, v);
-    double z = 0;
-    for (double v : logits[i]) z += std::exp(v - top);
-    const double log_z = top + std::log(z);
-    for (std::size_t c = 0; c < logits[i].size(); ++c) total -= probabilities[i][c] * (logits[i][c] - log_z);
-  }
-  return total / static_cast<double>(logits.size());
-}
 
 std::size_t argmax_of(const std::vector<double>& row) {
   std::size_t best = 0;
@@ -331,11 +304,6 @@ TEST_SUITE("step_data") {
 }
 
 namespace {
-
-std::vector<double> values_of(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kDouble).cpu().contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
 
 // The size of the batch on State at each before_forward, and the loss on State at each batch_end.
 struct MicrobatchWatch : baton::Algorithm {

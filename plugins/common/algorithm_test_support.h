@@ -27,7 +27,14 @@ using baton::Time;
 using baton::TimeUnit;
 using baton::test::make_trainer;
 using baton::test::quiet_options;
-using Rows = std::vector<std::vector<double>>;
+using baton::test::bitwise_equal;
+using baton::test::copy_state;
+using baton::test::hand_cross_entropy;
+using baton::test::labels_of;
+using baton::test::Rows;
+using baton::test::rows_of;
+using baton::test::values_of;
+using baton::test::Weights;
 
 inline baton::LoadedPlugin load(const std::string& toml, const std::string& name) {
   return baton::PluginLoader().load(BATON_PLUGIN_FILE, baton::PluginConfig::from_toml(toml, name, "run.toml"));
@@ -58,27 +65,6 @@ struct RecordingLogger final : baton::Logger {
   }
 };
 
-/// A tensor's values as doubles, flattened.
-inline std::vector<double> values_of(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kDouble).cpu().contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
-
-/// The rows of a tensor [N, ...] as doubles, each row flattened.
-inline Rows rows_of(const at::Tensor& t) {
-  const std::vector<double> all = values_of(t);
-  const std::size_t n = static_cast<std::size_t>(t.size(0));
-  const std::size_t width = n ? all.size() / n : 0;
-  Rows rows(n);
-  for (std::size_t i = 0; i < n; ++i) rows[i].assign(all.begin() + i * width, all.begin() + (i + 1) * width);
-  return rows;
-}
-
-inline std::vector<std::int64_t> labels_of(const at::Tensor& t) {
-  at::Tensor l = t.to(at::kLong).cpu().contiguous();
-  return std::vector<std::int64_t>(l.data_ptr<std::int64_t>(), l.data_ptr<std::int64_t>() + l.numel());
-}
-
 /// One-hot row of `label` among `classes`.
 inline std::vector<double> one_hot(std::int64_t label, std::size_t classes) {
   std::vector<double> row(classes, 0.0);
@@ -91,20 +77,6 @@ inline double max_abs_difference(const std::vector<double>& a, const std::vector
   double worst = 0;
   for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
   return worst;
-}
-
-/// Cross entropy of logits against class probabilities, averaged over rows, written out by hand.
-inline double hand_cross_entropy(const Rows& logits, const Rows& probabilities) {
-  double total = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    double top = logits[i][0];
-    for (double v : logits[i]) top = std::max(top, v);
-    double z = 0;
-    for (double v : logits[i]) z += std::exp(v - top);
-    const double log_z = top + std::log(z);
-    for (std::size_t c = 0; c < logits[i].size(); ++c) total -= probabilities[i][c] * (logits[i][c] - log_z);
-  }
-  return total / static_cast<double>(logits.size());
 }
 
 /// What one training batch looked like around the plugin under test.
@@ -165,28 +137,6 @@ inline Records train_probed(const std::string& toml, const std::string& name, ba
   return *drawn->records;
 }
 
-using Weights = std::map<std::string, at::Tensor>;
-
-inline Weights copy_state(const torch::nn::Module& model) {
-  Weights out;
-  for (const auto& item : model.named_parameters(true)) out[item.key()] = item.value().detach().clone();
-  for (const auto& item : model.named_buffers(true)) out[item.key()] = item.value().detach().clone();
-  return out;
-}
-
-inline bool bitwise_equal(const Weights& a, const Weights& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, tensor] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || tensor.scalar_type() != it->second.scalar_type() || !at::equal(tensor, it->second))
-      return false;
-  }
-  return true;
-}
-
-/// Final weights of three runs of the test convnet for 3 epochs (9 batches), with the plugin loaded from `toml` and
-/// a checkpoint after every batch: uninterrupted; stopped after batch 5 and resumed from its newest checkpoint; and
-/// without the plugin (to show that it changed training at all).
 struct ResumeComparison {
   Weights whole, resumed, without_plugin;
   std::int64_t resumed_end = 0;

@@ -28,21 +28,14 @@ namespace fs = std::filesystem;
 using baton::Event;
 using baton::Time;
 using baton::TimeUnit;
-using Weights = std::map<std::string, at::Tensor>;
 using baton::test::make_trainer;   // small_trainer.h: the convnet on 96 synthetic samples
 using baton::test::quiet_options;
+using baton::test::bitwise_equal;
+using baton::test::copy_state;
+using baton::test::Weights;
 
 inline baton::LoadedPlugin load_ema(const std::string& toml) {
   return baton::PluginLoader().load(BATON_EMA_PLUGIN_FILE, baton::PluginConfig::from_toml(toml, "ema", "run.toml"));
-}
-
-
-
-inline Weights copy_state(const torch::nn::Module& model) {
-  Weights out;
-  for (const auto& item : model.named_parameters(true)) out[item.key()] = item.value().detach().clone();
-  for (const auto& item : model.named_buffers(true)) out[item.key()] = item.value().detach().clone();
-  return out;
 }
 
 inline Weights to_map(const baton::NamedTensors& tensors) {
@@ -59,16 +52,6 @@ inline Weights shadow_of(const baton::Plugin& plugin) {
   for (const auto& key : state.tensor_keys())
     if (key.rfind("shadow/", 0) == 0) out[key.substr(7)] = state.tensor(key);
   return out;
-}
-
-inline bool bitwise_equal(const Weights& a, const Weights& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, tensor] : a) {
-    auto it = b.find(name);
-    if (it == b.end() || tensor.scalar_type() != it->second.scalar_type() || !at::equal(tensor, it->second))
-      return false;
-  }
-  return true;
 }
 
 /// Records the weights after every batch (batch_end) under the batch count.

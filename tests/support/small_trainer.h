@@ -13,6 +13,7 @@
 #include "baton/trainer.h"
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
+#include "tensor_values.h"
 
 namespace baton::test {
 
@@ -49,20 +50,6 @@ inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, std::shared
 inline std::unique_ptr<Trainer> make_trainer(TrainerOptions options, const std::string& model_name = "convnet") {
   return make_trainer(std::move(options), std::make_shared<TensorDataset>(make_synthetic_dataset(96, 7)),
                       std::make_shared<TensorDataset>(make_synthetic_dataset(50, 8)), model_name);
-}
-
-/// Whether two models hold bitwise the same parameters and buffers (BatchNorm's running statistics included).
-inline bool same_weights(torch::nn::Module& a, torch::nn::Module& b) {
-  auto pa = a.named_parameters(true);
-  auto pb = b.named_parameters(true);
-  if (pa.size() != pb.size()) return false;
-  for (const auto& item : pa)
-    if (!at::equal(item.value(), pb[item.key()])) return false;
-  auto ba = a.named_buffers(true);
-  auto bb = b.named_buffers(true);
-  for (const auto& item : ba)
-    if (!at::equal(item.value(), bb[item.key()])) return false;
-  return true;
 }
 
 }  // namespace baton::test
