@@ -55,6 +55,8 @@ bool Evaluator::owns(const std::string& metric) const {
   return rest.rfind(set_ + "/", 0) == 0 && rest.find('/', set_.size() + 1) == std::string::npos;
 }
 
+std::string default_loss_name(const DataSpec& data) { return data.classification() ? "cross_entropy" : "mse"; }
+
 std::vector<NamedMetric> Evaluator::default_metrics(const DataSpec& spec) {
   std::vector<NamedMetric> out;
   // No targets at all (an empty evaluation set): nothing to measure.

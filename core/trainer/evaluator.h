@@ -19,6 +19,11 @@ class RunLogger;
 /// prediction.
 PrefetchOptions loader_options(const TrainerOptions& options);
 
+/// The loss of a run that names none: cross entropy for class targets, mean squared error for values. One choice
+/// for both ways in: the Trainer without TrainerOptions::loss, and `baton train` with a [loss] table that has no
+/// name (whose keys that loss then reads).
+std::string default_loss_name(const DataSpec& data);
+
 class Evaluator {
  public:
   /// `set`: empty for the main evaluation set ([data]'s, metrics "<pass>/<metric>"), else an extra set's name

@@ -23,6 +23,7 @@
 #include "baton/communicator.h"
 #include "baton/components.h"
 #include "components/build.h"
+#include "trainer/evaluator.h"  // default_loss_name
 
 namespace fs = std::filesystem;
 
@@ -155,7 +156,7 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
                                     built.model.ptr()->parameters());
   built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler");
   ComponentSection loss = config.loss;
-  if (loss.name.empty()) loss.name = spec.classification() ? "cross_entropy" : "mse";
+  if (loss.name.empty()) loss.name = default_loss_name(spec);
   built.loss = build_component(registry.losses, loss, "loss", spec);
   // Metrics measure the evaluation data (its spec; the training data's when there is none).
   const DataSpec eval_spec = built.data.eval->size() > 0 ? built.data.eval->spec() : spec;

@@ -63,7 +63,7 @@ std::vector<double> initial_lrs(torch::optim::Optimizer& optimizer) {
 
 // Classes: cross entropy; values: mean squared error (the registered losses, so a plugin cannot shadow them).
 LossFunction default_loss_for(const DataSpec& spec) {
-  const std::string name = spec.classification() ? "cross_entropy" : "mse";
+  const std::string name = default_loss_name(spec);
   const auto* entry = components().losses.find(name);
   if (entry == nullptr) throw Error("the built-in loss '" + name + "' is not registered");
   return entry->factory(PluginConfig(), spec);
