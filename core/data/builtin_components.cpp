@@ -6,13 +6,13 @@
 #include <memory>
 #include <string>
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/where.h>
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <sstream>
 #include <vector>
 
@@ -20,7 +20,7 @@
 #include "baton/components.h"
 #include "components/builtins.h"
 #include "data/csv.h"
-#include "data/random.h"
+#include "data/row_split.h"
 #include "data/safetensors_dataset.h"
 
 namespace baton {
@@ -200,29 +200,11 @@ DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context
     }
   }
 
-  // A seeded split (the files hold no split of their own): eval_fraction of the rows, drawn from the run's seed.
-  // 0 evaluates on the training rows themselves (the fit, not generalisation).
-  const double fraction = config.get_number_or("eval_fraction", 0.2, Range::half_open(0, 1));
-  std::vector<std::int64_t> order(static_cast<std::size_t>(table.rows));
-  std::iota(order.begin(), order.end(), 0);
-  detail::PortableRandom random(context.seed ^ 0xc5f0u);
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[random.below(i)]);
-  const auto eval_rows = static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(table.rows)));
-  if (fraction > 0 && (eval_rows == 0 || eval_rows == table.rows))
-    config.fail("eval_fraction", "leaves " + std::string(eval_rows == 0 ? "no evaluation" : "no training") +
-                                     " rows of " + std::to_string(table.rows));
-  // Each split keeps the file's row order (the draw only decides membership): evaluation and prediction then list
-  // rows as the file has them, and the sampler shuffles training anyway.
-  const auto split_at = order.begin() + (table.rows - eval_rows);
-  std::sort(order.begin(), split_at);
-  std::sort(split_at, order.end());
-  const auto index = [&](std::int64_t from, std::int64_t to) {
-    at::Tensor rows = at::empty({to - from}, at::kLong);
-    std::copy(order.begin() + from, order.begin() + to, rows.data_ptr<std::int64_t>());
-    return rows;
-  };
-  const at::Tensor train_rows = index(0, table.rows - eval_rows);
-  const at::Tensor eval_rows_index = fraction > 0 ? index(table.rows - eval_rows, table.rows) : train_rows;
+  // A seeded split (the files hold no split of their own); eval_fraction = 0 evaluates on the training rows
+  // themselves (the fit, not generalisation).
+  const RowSplit split = draw_row_split(config, table.rows, context.seed ^ 0xc5f0u);
+  const at::Tensor train_rows = split.held_out() ? split.train : at::arange(table.rows, at::kLong);
+  const at::Tensor eval_rows = split.held_out() ? split.eval : train_rows;
 
   // Inputs standardised with the training rows' mean and standard deviation (a constant column is only centred),
   // so that one learning rate suits columns of any scale.
@@ -237,7 +219,7 @@ DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context
   if (context.need_train)
     splits.train = std::make_shared<TensorDataset>(to_dataset(all, train_rows, classification, num_classes, "csv/train"));
   splits.eval = std::make_shared<TensorDataset>(
-      to_dataset(all, eval_rows_index, classification, num_classes, fraction > 0 ? "csv/eval" : "csv/train"));
+      to_dataset(all, eval_rows, classification, num_classes, split.held_out() ? "csv/eval" : "csv/train"));
   return splits;
 }
 

@@ -13,7 +13,6 @@
 #include "data/safetensors_dataset.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,7 +23,7 @@
 
 #include "baton/safetensors.h"
 #include "checkpoint/safetensors_file.h"
-#include "data/random.h"
+#include "data/row_split.h"
 
 namespace baton {
 namespace {
@@ -61,9 +60,7 @@ struct RowSource {
 
   // The rows `rows[0 .. count)` (each in [0, this->rows)) as a [count, row_shape...] tensor of the file's dtype.
   at::Tensor read(const std::int64_t* rows_wanted, std::int64_t count) const {
-    std::vector<std::int64_t> shape{count};
-    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+    at::Tensor out = empty_rows(count);
     char* into = static_cast<char*>(out.data_ptr());
     for (std::int64_t i = 0; i < count;) {
       std::int64_t end = i + 1;
@@ -75,11 +72,16 @@ struct RowSource {
   }
 
   at::Tensor read_range(std::int64_t first, std::int64_t count) const {
-    std::vector<std::int64_t> shape{count};
-    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-    at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+    at::Tensor out = empty_rows(count);
     read_range(first, count, static_cast<char*>(out.data_ptr()));
     return out;
+  }
+
+  // A [count, row_shape...] tensor of the file's dtype, to read rows into.
+  at::Tensor empty_rows(std::int64_t count) const {
+    std::vector<std::int64_t> shape{count};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    return at::empty(shape, at::TensorOptions().dtype(dtype));
   }
 };
 
@@ -236,16 +238,6 @@ ClassRange check_classes(const PluginConfig& config, const std::string& key, con
   return range;
 }
 
-at::Tensor index_tensor(const std::vector<std::int64_t>& order, std::int64_t from, std::int64_t to) {
-  at::Tensor rows = at::empty({to - from}, at::kLong);
-  std::int64_t* out = rows.data_ptr<std::int64_t>();
-  std::copy(order.begin() + from, order.begin() + to, out);
-  // Sorted: the order within a split does not matter (the sampler draws its own), and sorted rows make an
-  // evaluation's batches runs of nearby rows, read with few calls.
-  std::sort(out, out + (to - from));
-  return rows;
-}
-
 }  // namespace
 
 DatasetSplits make_safetensors_dataset(const PluginConfig& config, const DatasetContext& context) {
@@ -318,30 +310,21 @@ DatasetSplits make_safetensors_dataset(const PluginConfig& config, const Dataset
     return splits;
   }
 
-  // A seeded split of the one file, as the csv dataset draws it: eval_fraction of the rows from the run's seed; 0
-  // evaluates on the training rows. It keeps one 8-byte row number per row in memory (eval_path keeps none).
-  const double fraction = config.get_number_or("eval_fraction", 0.2, Range::half_open(0, 1));
-  const std::int64_t rows = train.inputs.rows;
-  if (fraction == 0) {
+  // A seeded split of the one file, drawn as the csv dataset draws its own. It keeps one 8-byte row number per row
+  // in memory (eval_path keeps none); eval_fraction = 0 evaluates on the training rows.
+  const RowSplit split = draw_row_split(config, train.inputs.rows, context.seed ^ kSplitSeedSalt);
+  if (!split.held_out()) {
     const auto all = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, at::Tensor(),
                                                           "safetensors/train");
     splits.train = context.need_train ? all : nullptr;
     splits.eval = all;
     return splits;
   }
-  const auto eval_rows = static_cast<std::int64_t>(std::llround(fraction * static_cast<double>(rows)));
-  if (eval_rows == 0 || eval_rows == rows)
-    config.fail("eval_fraction", "leaves " + std::string(eval_rows == 0 ? "no evaluation" : "no training") +
-                                     " rows of " + std::to_string(rows));
-  std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
-  for (std::int64_t i = 0; i < rows; ++i) order[static_cast<std::size_t>(i)] = i;
-  detail::PortableRandom random(context.seed ^ kSplitSeedSalt);
-  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[random.below(i)]);
   if (context.need_train)
-    splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes,
-                                                        index_tensor(order, 0, rows - eval_rows), "safetensors/train");
-  splits.eval = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes,
-                                                     index_tensor(order, rows - eval_rows, rows), "safetensors/eval");
+    splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, split.train,
+                                                        "safetensors/train");
+  splits.eval = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, split.eval,
+                                                     "safetensors/eval");
   return splits;
 }
 

@@ -68,7 +68,7 @@ Model torchscript_model(const torch::jit::Module& module) {
   torch::jit::setTensorExprFuserEnabled(false);
   auto scripted = std::make_shared<ScriptedModule>(module);
   scripted->train(module.is_training());
-  return Model(scripted, [scripted](const at::Tensor& inputs) { return scripted->forward(inputs); });
+  return Model(scripted);  // its forward(Tensor) -> Tensor
 }
 
 Model load_torchscript(const std::string& path) {

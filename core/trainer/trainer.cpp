@@ -147,6 +147,13 @@ struct Trainer::Impl {
     }
   }
 
+  // Every evaluation set with its schedule, the main one first: the order their evaluations run and are listed in.
+  template <class Visit>
+  void for_each_eval_set(Visit visit) {
+    visit(evaluator, schedule);
+    for (auto& set : extra_sets) visit(*set.evaluator, set.schedule);
+  }
+
   RunLoggerOptions logger_options() const {
     RunLoggerOptions out;
     if (!options.run_dir.empty()) out.metrics_path = metrics_path();
@@ -390,13 +397,13 @@ struct Trainer::Impl {
       // exports, checkpoint selection) unless the epoch's end right after takes them.
       const bool final_batch = stopping || state.progress.reached(options.max_duration);
       AfterBatch next = schedule.after_batch(state.progress, fraction_before, epoch_ends, final_batch);
-      std::vector<Evaluator*> sets_due;
-      for (const auto& set : extra_sets)
-        if (set.schedule.after_batch(state.progress, fraction_before, epoch_ends, final_batch).evaluate)
-          sets_due.push_back(set.evaluator.get());
-      if (next.evaluate || !sets_due.empty()) {
+      std::vector<Evaluator*> sets_due;  // allocates only when one is due
+      for_each_eval_set([&](Evaluator& set, const Schedule& when) {
+        if (when.after_batch(state.progress, fraction_before, epoch_ends, final_batch).evaluate)
+          sets_due.push_back(&set);
+      });
+      if (!sets_due.empty()) {
         if (bar) bar->finish(bar_metrics());
-        if (next.evaluate) evaluator.run_in_fit();
         for (Evaluator* set : sets_due) set->run_in_fit();
         // A stop asked for during the evaluation (an early stopper) makes this the last batch, with its save.
         if (!stopping && (stopping = stop_now()))
@@ -412,9 +419,9 @@ struct Trainer::Impl {
       now.batch_in_epoch = 0;
       now.sample_in_epoch = 0;
       fire(Event::epoch_end);
-      if (schedule.eval_due_at_epoch(now.epoch)) evaluator.run_in_fit();
-      for (const auto& set : extra_sets)
-        if (set.schedule.eval_due_at_epoch(now.epoch)) set.evaluator->run_in_fit();
+      for_each_eval_set([&](Evaluator& set, const Schedule& when) {
+        if (when.eval_due_at_epoch(now.epoch)) set.run_in_fit();
+      });
       // The run's end (a stop asked for at this evaluation) saves here, with events, unless its batch saved.
       const bool final_save = stop_now() && schedule.saves_enabled() && checkpoints.last_save_batch() != now.batch;
       checkpoints.event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
@@ -442,10 +449,9 @@ struct Trainer::Impl {
       stop_now();
       // The last batch normally took the final evaluation and checkpoint (train_epoch). A run that ends with no
       // batch at all (resumed at its end) or stopped outside batch_end still gets them here, without events.
-      if (schedule.evaluations_enabled() && evaluator.last_batch() != state.progress.now.batch) evaluator.run_in_fit();
-      for (const auto& set : extra_sets)
-        if (set.schedule.evaluations_enabled() && set.evaluator->last_batch() != state.progress.now.batch)
-          set.evaluator->run_in_fit();
+      for_each_eval_set([&](Evaluator& set, const Schedule& when) {
+        if (when.evaluations_enabled() && set.last_batch() != state.progress.now.batch) set.run_in_fit();
+      });
       if (schedule.saves_enabled() && checkpoints.last_save_batch() != state.progress.now.batch)
         checkpoints.save_final(options.save_interval.unit());
     } catch (...) {
@@ -501,9 +507,9 @@ struct Trainer::Impl {
     try {
       prepare_standalone(checkpoint, "evaluation");
       fire(Event::eval_standalone_start);
-      results = evaluator.run();
-      for (const auto& set : extra_sets)
-        for (auto& r : set.evaluator->run()) results.push_back(std::move(r));
+      for_each_eval_set([&](Evaluator& set, const Schedule&) {
+        for (auto& r : set.run()) results.push_back(std::move(r));
+      });
       fire(Event::eval_standalone_end);
     } catch (...) {
       failure = std::current_exception();

@@ -137,6 +137,9 @@ inline Records train_probed(const std::string& toml, const std::string& name, ba
   return *drawn->records;
 }
 
+/// Final weights of three runs of the test convnet for 3 epochs (9 batches), with the plugin loaded from `toml` and
+/// a checkpoint after every batch: uninterrupted; stopped after batch 5 and resumed from its newest checkpoint; and
+/// without the plugin (to show that it changed training at all).
 struct ResumeComparison {
   Weights whole, resumed, without_plugin;
   std::int64_t resumed_end = 0;
