@@ -78,7 +78,7 @@ Timing hand_loop(const baton::TensorDataset& data) {
     std::int64_t epoch = b / sampler.batches_per_epoch(), in_epoch = b % sampler.batches_per_epoch();
     baton::Batch batch = data.get(sampler.batch_indices(epoch, in_epoch));
     optimizer->zero_grad();
-    at::Tensor loss = at::cross_entropy_loss(model.forward(batch.inputs), batch.targets);
+    at::Tensor loss = at::cross_entropy_loss(model.forward(batch.inputs()), batch.targets());
     loss.backward();
     optimizer->step();
     loss_sum.add_(loss.detach());

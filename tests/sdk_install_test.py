@@ -270,7 +270,7 @@ def check_embedding(args, prefix, scratch):
           "docs/embedding.md does not show examples/embed/CMakeLists.txt as it is")
     project = scratch / "embed"
     project.mkdir()
-    for name in ("CMakeLists.txt", "embed.cpp"):
+    for name in ("CMakeLists.txt", "embed.cpp", "two_inputs.cpp"):
         shutil.copy(source / name, project / name)
     run(["cmake", "-S", project, "-B", project / "build", f"-DCMAKE_PREFIX_PATH={prefix}",
          f"-DCMAKE_CXX_COMPILER={args.cxx}"], env=user_env())
@@ -282,6 +282,12 @@ def check_embedding(args, prefix, scratch):
     check(str(prefix / "lib/baton/plugins/ema.so") in loaded,
           f"the embedding program did not load the installed EMA plugin: {loaded!r}")
     check("final eval accuracy" in out, f"the embedding program did not report its accuracy: {out[-500:]!r}")
+    # A model of two inputs fed from named batch fields, with the installed EMA plugin: exits 0 at its bar.
+    proc = run([project / "build/two_inputs"], cwd=scratch, env=user_env(), expect=None)
+    status, out, err = proc.returncode, proc.stdout, proc.stderr
+    check(status == 0, f"the two-input program exited with {status}: {out[-2000:]} {err[-2000:]}")
+    check(str(prefix / "lib/baton/plugins/ema.so") in out and "final eval rmse" in out,
+          f"the two-input program did not load the installed EMA plugin or report its error: {out[-500:]!r}")
 
 
 def main():

@@ -55,7 +55,20 @@ class Plain(nn.Module):
         return self.out(torch.tanh(self.hidden(x)))
 
 
-# --- safetensors, read with the standard library and torch ------------------------------------------------------
+class TwoInputs(nn.Module):
+    """A forward of two tensors returning a tuple: class scores and the hidden features."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = nn.Linear(FEATURES + 1, 16)
+        self.out = nn.Linear(16, CLASSES)
+
+    def forward(self, x, t):
+        h = torch.tanh(self.hidden(torch.cat([x, t], 1)))
+        return self.out(h), h
+
+
+# --- safetensors, read and written with the standard library and torch ------------------------------------------
 
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "F16": torch.float16,
           "BF16": torch.bfloat16, "I32": torch.int32, "U8": torch.uint8}
@@ -74,6 +87,19 @@ def read_safetensors(path):
         tensor = torch.frombuffer(raw, dtype=DTYPES[entry["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[entry["dtype"]])
         out[name] = tensor.reshape(entry["shape"]).clone()
     return out
+
+
+def write_safetensors(path, tensors):
+    """The format's header (JSON: dtype, shape, offsets), then each tensor's bytes in order."""
+    names = {torch.float32: "F32", torch.int64: "I64"}
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    Path(path).write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def loaded(cls, path):
@@ -213,6 +239,68 @@ def check_data_parallel(baton, folder):
     check(accuracy is not None and accuracy > 0.6, f"data-parallel: final accuracy {accuracy}")
 
 
+TWO_INPUTS_CONFIG = """[run]
+name = "two_inputs"
+dir = "runs"
+seed = 5
+
+[data]
+name = "safetensors"
+path = "two_inputs.safetensors"
+inputs = ""
+targets = "label"
+fields = ["x", "t"]
+eval_fraction = 0
+batch_size = 50
+eval_batch_size = 128
+
+[model]
+torchscript = "two_inputs.pt"
+inputs = ["x", "t"]
+outputs = ["logits", "features"]
+
+[optimizer]
+name = "sgd"
+lr = 0.05
+momentum = 0.9
+
+[trainer]
+max_duration = "3ep"
+progress = false
+
+[[plugins]]
+name = "ema"
+half_life = "10ba"
+eval = "both"
+"""
+
+
+def check_two_inputs(baton, folder, inputs, labels):
+    """forward(x, t) -> (logits, features), fed from named fields of a safetensors file: baton trains it, and both
+    outputs of `baton predict` equal Python's with the exported EMA weights."""
+    t = (labels.float() - 1).unsqueeze(1) * 0.5  # a second input that carries part of the class
+    write_safetensors(folder / "two_inputs.safetensors", {"x": inputs, "t": t, "label": labels})
+    torch.manual_seed(4)
+    torch.jit.save(torch.jit.script(TwoInputs()), str(folder / "two_inputs.pt"))
+    (folder / "two_inputs.toml").write_text(TWO_INPUTS_CONFIG)
+    run(baton + ["train", "two_inputs.toml"], folder)
+    run_dir = folder / "runs/two_inputs"
+    model, _ = loaded(TwoInputs, run_dir / "ema.safetensors")
+    out = folder / "two_inputs_ema.safetensors"
+    run(baton + ["predict", "two_inputs.toml", "--checkpoint", run_dir / "checkpoints/ep3", "--weights", "ema",
+                 "-o", out], folder)
+    predicted = read_safetensors(out)
+    check(set(predicted) >= {"logits", "features", "predictions", "targets"},
+          f"two inputs: predict wrote {sorted(predicted)}, expected both named outputs")
+    with torch.no_grad():
+        logits, features = model(inputs, t)
+    error = max((predicted["logits"] - logits).abs().max().item(), (predicted["features"] - features).abs().max().item())
+    check(error < 1e-4, f"two inputs: baton's outputs differ from Python's with the exported EMA weights by {error}")
+    accuracy = final_accuracy(run_dir)
+    check(accuracy is not None and accuracy > 0.6, f"two inputs: final accuracy {accuracy}")
+    print(f"  two inputs: both outputs match baton predict to {error:.2e}; accuracy {accuracy}")
+
+
 def check_errors(baton, folder):
     (folder / "not_a_model.pt").write_text("hello")
     proc = run(baton + ["check", write_config(folder, "bad", "not_a_model.pt")], folder, expect=2)
@@ -249,6 +337,7 @@ def main():
     check_round_trip(baton, folder, inputs, labels, Plain, "traced.pt", "traced")
     check_resume(baton, folder, reference)
     check_data_parallel(baton, folder)
+    check_two_inputs(baton, folder, inputs, labels)
     check_errors(baton, folder)
     return finish("torchscript", started)
 

@@ -1,4 +1,4 @@
-#include "checkpoint/optimizer_state.h"
+#include "baton/optimizer_state.h"
 
 #include <map>
 #include <memory>

@@ -12,7 +12,7 @@
 #include <torch/optim/sgd.h>
 
 #include "baton/error.h"
-#include "checkpoint/optimizer_state.h"
+#include "baton/optimizer_state.h"
 #include "baton/safetensors.h"
 #include "error_text.h"
 

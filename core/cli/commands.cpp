@@ -1,5 +1,6 @@
 // The baton command line (train, check, eval, predict, plugins, launch, posthoc), in libbaton so that the `baton`
 // executable is one call and a program that embeds baton can offer the same commands (baton/cli.h).
+#include <cmath>
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -141,8 +142,9 @@ int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::s
   // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
   if (run->trainer->options().rank != 0) return 0;
   for (const auto& result : results) {
-    std::string values = "loss " + fixed(result.loss);
-    for (const auto& metric : result.metrics) values += " " + metric.name + " " + fixed(metric.value);
+    std::string values = std::isnan(result.loss) ? "" : "loss " + fixed(result.loss);
+    for (const auto& metric : result.metrics)
+      values += (values.empty() ? "" : " ") + metric.name + " " + fixed(metric.value);
     const std::string pass = result.set.empty() ? result.label : result.label + "/" + result.set;
     std::printf("checkpoint %s: %s %s (%lld samples)\n", checkpoint.c_str(), pass.c_str(), values.c_str(),
                 static_cast<long long>(result.samples));
@@ -162,15 +164,18 @@ int run_predict(const CommonArgs& args, const PredictArgs& predict) {
   const baton::Dataset& data = predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
   baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
   if (run->trainer->options().rank != 0) return 0;
-  baton::NamedTensors tensors{{"outputs", result.outputs}};
-  if (result.predictions.defined()) tensors.emplace_back("predictions", result.predictions);
-  if (result.targets.defined()) tensors.emplace_back("targets", result.targets);
+  // Every output under its name ("outputs" for a model with one), then the predicted classes and the targets
+  // unless an output already has that name.
+  baton::NamedTensors tensors(result.outputs.begin(), result.outputs.end());
+  if (result.predictions.defined() && !result.outputs.has("predictions"))
+    tensors.emplace_back("predictions", result.predictions);
+  if (result.targets.defined() && !result.outputs.has("targets")) tensors.emplace_back("targets", result.targets);
   const std::map<std::string, std::string> metadata{{"baton.checkpoint", predict.checkpoint},
                                                     {"baton.weights", predict.weights.empty() ? "default" : predict.weights},
                                                     {"baton.dataset", data.name}};
   baton::write_safetensors_atomic(predict.output, tensors, metadata);
   std::printf("%s: outputs of %lld samples of %s (checkpoint %s)\n", predict.output.c_str(),
-              static_cast<long long>(result.outputs.defined() ? result.outputs.size(0) : 0), data.name.c_str(),
+              static_cast<long long>(result.outputs.defined() ? result.outputs.main().size(0) : 0), data.name.c_str(),
               predict.checkpoint.c_str());
   return 0;
 }

@@ -245,9 +245,9 @@ TEST_SUITE("data") {
     idx[1] = 2;
     const Batch batch = d.get(idx);
     CHECK(batch.size() == 2);
-    CHECK(at::equal(batch.inputs[0], d.inputs[7]));
-    CHECK(at::equal(batch.inputs[1], d.inputs[2]));
-    CHECK(batch.targets[0].item<std::int64_t>() == d.targets[7].item<std::int64_t>());
+    CHECK(at::equal(batch.inputs()[0], d.inputs[7]));
+    CHECK(at::equal(batch.inputs()[1], d.inputs[2]));
+    CHECK(batch.targets()[0].item<std::int64_t>() == d.targets[7].item<std::int64_t>());
   }
 
   TEST_CASE("a TensorDataset's spec: class indices make a classification, float targets a regression") {

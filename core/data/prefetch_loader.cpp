@@ -126,10 +126,8 @@ struct PrefetchLoader::Impl {
   // consumer's only copy is the asynchronous one to the device.
   Batch fetch(const at::Tensor& indices) const {
     Batch batch = data.get(indices);
-    if (pin) {
-      if (batch.inputs.defined()) batch.inputs = batch.inputs.pin_memory();
-      if (batch.targets.defined()) batch.targets = batch.targets.pin_memory();
-    }
+    if (pin)
+      for (auto& field : batch) field.second = field.second.pin_memory();
     return batch;
   }
 
@@ -262,12 +260,12 @@ std::int64_t PrefetchLoader::position() const {
 bool PrefetchLoader::done() const { return position() >= impl_->plan.count; }
 
 Batch to_device(const Batch& batch, at::Device device) {
-  const auto move = [device](const at::Tensor& t) {
-    if (!t.defined()) return t;
+  Batch out;
+  for (const auto& [name, t] : batch) {
     const bool non_blocking = device.is_cuda() && t.is_pinned();
-    return t.to(at::TensorOptions().device(device), non_blocking);
-  };
-  return Batch{move(batch.inputs), move(batch.targets)};
+    out.set(name, t.to(at::TensorOptions().device(device), non_blocking));
+  }
+  return out;
 }
 
 }  // namespace baton

@@ -37,13 +37,13 @@ struct RowDataset : Dataset {
   std::int64_t rows = 0;
   explicit RowDataset(std::int64_t n, std::string label = "rows") : rows(n) { name = std::move(label); }
   std::int64_t size() const override { return rows; }
-  DataSpec spec() const override { return DataSpec{{2}, {}, 0}; }
+  DataSpec spec() const override { return DataSpec{{2}, {}, 0, {}}; }
   Batch get(const at::Tensor& indices) const override {
     calls.fetch_add(1);
     before_get(indices);
     Batch batch;
-    batch.targets = indices.clone();
-    batch.inputs = indices.to(at::kFloat).unsqueeze(1).repeat({1, 2});
+    batch.set("targets", indices.clone());
+    batch.set("inputs", indices.to(at::kFloat).unsqueeze(1).repeat({1, 2}));
     return batch;
   }
   virtual void before_get(const at::Tensor&) const {}
@@ -93,7 +93,7 @@ struct GateDataset : RowDataset {
 
 std::vector<at::Tensor> drain(PrefetchLoader& loader) {
   std::vector<at::Tensor> out;
-  while (!loader.done()) out.push_back(loader.next().targets);
+  while (!loader.done()) out.push_back(loader.next().targets());
   return out;
 }
 
@@ -192,10 +192,10 @@ TEST_SUITE("prefetch loader") {
     for (auto [workers, prefetch] : std::vector<std::pair<int, int>>{{0, 0}, {1, 2}, {3, 6}}) {
       CAPTURE(workers);
       PrefetchLoader loader(data, sequential_plan(0, 100, 10), with(workers, prefetch));
-      for (int k = 0; k < 3; ++k) CHECK(loader.next().targets[0].item<std::int64_t>() == 10 * k);
+      for (int k = 0; k < 3; ++k) CHECK(loader.next().targets()[0].item<std::int64_t>() == 10 * k);
       messages.push_back(error_text([&] { loader.next(); }));
       CHECK(loader.position() == 4);
-      CHECK(loader.next().targets[0].item<std::int64_t>() == 40);
+      CHECK(loader.next().targets()[0].item<std::int64_t>() == 40);
     }
     CHECK(messages[0] == "dataset 'disk/train', rows 30 to 39: sector 30 unreadable");
     CHECK(messages[1] == messages[0]);
@@ -283,7 +283,7 @@ TEST_SUITE("prefetch loader") {
           "loader: prefetch (2) must be at least workers (3): each worker fetches one of the batches ahead");
     const Batch batch = data.get(at::ones({2}, at::kLong));
     const Batch moved = to_device(batch, at::Device(at::kCPU));
-    CHECK(moved.inputs.data_ptr() == batch.inputs.data_ptr());
-    CHECK_FALSE(to_device(Batch{batch.inputs, at::Tensor()}, at::Device(at::kCPU)).targets.defined());
+    CHECK(moved.inputs().data_ptr() == batch.inputs().data_ptr());
+    CHECK_FALSE(to_device(Batch::of(batch.inputs(), at::Tensor()), at::Device(at::kCPU)).has("targets"));
   }
 }

@@ -1,4 +1,4 @@
-// The `safetensors` dataset: rows of two named tensors of a safetensors file, read when a batch asks for them.
+// The `safetensors` dataset: rows of named tensors of a safetensors file, read when a batch asks for them.
 //
 // How rows reach a batch: by pread into the batch's own tensor, not through a memory mapping of the file.
 // - Address space: a mapping of the whole file needs as much virtual memory as the file is large, which a
@@ -85,16 +85,23 @@ struct RowSource {
   }
 };
 
+// One batch field: the tensor it reads and the dtype the batch holds it in (kUndefined: the file's own).
+struct FieldSource {
+  std::string name;
+  RowSource rows;
+  at::ScalarType as = at::ScalarType::Undefined;
+  std::int64_t num_classes = 0;
+};
+
 class SafetensorsDataset final : public Dataset {
  public:
   // `rows`: the file rows this split holds (int64, sorted), or undefined for all of them in order.
-  SafetensorsDataset(RowSource inputs, RowSource targets, std::int64_t num_classes, at::Tensor rows,
-                     std::string dataset_name)
-      : inputs_(std::move(inputs)), targets_(std::move(targets)), num_classes_(num_classes), rows_(std::move(rows)) {
+  SafetensorsDataset(std::vector<FieldSource> fields, at::Tensor rows, std::string dataset_name)
+      : fields_(std::move(fields)), rows_(std::move(rows)) {
     name = std::move(dataset_name);
   }
 
-  std::int64_t size() const override { return rows_.defined() ? rows_.size(0) : inputs_.rows; }
+  std::int64_t size() const override { return rows_.defined() ? rows_.size(0) : fields_.front().rows.rows; }
 
   Batch get(const at::Tensor& indices) const override {
     const at::Tensor wanted = indices.to(at::kLong).contiguous().reshape({-1});
@@ -111,32 +118,42 @@ class SafetensorsDataset final : public Dataset {
       rows[static_cast<std::size_t>(i)] = table ? table[index[i]] : index[i];
     }
     Batch batch;
-    // to() returns the tensor itself when it already has the dtype (F32 inputs): no second copy of the batch.
-    batch.inputs = inputs_.read(rows.data(), count).to(at::kFloat);
-    batch.targets = targets_.read(rows.data(), count).to(num_classes_ > 0 ? at::kLong : at::kFloat);
+    for (const auto& field : fields_) {
+      at::Tensor t = field.rows.read(rows.data(), count);
+      // to() returns the tensor itself when it already has the dtype (F32 inputs): no second copy of the batch.
+      batch.set(field.name, field.as == at::ScalarType::Undefined ? t : t.to(field.as));
+    }
     return batch;
   }
 
   DataSpec spec() const override {
     DataSpec spec;
-    spec.input_shape = inputs_.row_shape;
-    spec.target_shape = targets_.row_shape;
-    spec.num_classes = num_classes_;
+    for (const auto& field : fields_) {
+      const at::ScalarType dtype = field.as == at::ScalarType::Undefined ? field.rows.dtype : field.as;
+      spec.fields.push_back(FieldSpec{field.name, field.rows.row_shape, dtype, field.num_classes});
+      if (field.name == "inputs") spec.input_shape = field.rows.row_shape;
+      if (field.name == "targets") {
+        spec.target_shape = field.rows.row_shape;
+        spec.num_classes = field.num_classes;
+      }
+    }
     return spec;
   }
 
  private:
-  RowSource inputs_;
-  RowSource targets_;
-  std::int64_t num_classes_;
+  std::vector<FieldSource> fields_;
   at::Tensor rows_;
 };
 
 // ---- the factory ----
 
 struct OpenedFile {
-  RowSource inputs;
-  RowSource targets;
+  RowSource inputs;   // rows == 0 when the data has no inputs field (inputs = "")
+  RowSource targets;  // rows == 0 when the data has no targets (targets = "")
+  std::vector<std::pair<std::string, RowSource>> more;  // `fields`, under their own names
+  std::int64_t rows = 0;
+  bool has_inputs() const { return !inputs.tensor.empty(); }
+  bool has_targets() const { return !targets.tensor.empty(); }
 };
 
 // Errors about the training file are reported at the key that names the tensor (a misspelt name is the likely
@@ -162,7 +179,7 @@ RowSource row_source(const PluginConfig& config, const std::string& key,
     }
     config.fail(key, file->path() + ": no tensor '" + tensor + "'; the file holds " +
                          (present.empty() ? std::string("no tensors") : present) +
-                         " (name yours with the keys inputs and targets)");
+                         " (name yours with the keys inputs, targets and fields)");
   }
   const std::string what = file->path() + ": tensor " + describe(*entry);
   if (entry->shape.empty()) config.fail(key, what + " is a scalar; the samples are its rows, along dim 0");
@@ -183,7 +200,7 @@ RowSource row_source(const PluginConfig& config, const std::string& key,
 }
 
 OpenedFile open_file(const PluginConfig& config, const Keys& keys, const std::string& inputs_name,
-                     const std::string& targets_name) {
+                     const std::string& targets_name, const std::vector<std::string>& fields) {
   const std::string path = config.get_text(keys.file);
   std::shared_ptr<const SafetensorsFile> file;
   try {
@@ -192,12 +209,31 @@ OpenedFile open_file(const PluginConfig& config, const Keys& keys, const std::st
     config.fail(keys.file, e.what());
   }
   OpenedFile opened;
-  opened.inputs = row_source(config, keys.inputs, file, inputs_name, /*inputs=*/true);
-  opened.targets = row_source(config, keys.targets, file, targets_name, /*inputs=*/false);
-  if (opened.inputs.rows != opened.targets.rows)
-    config.fail(keys.targets, path + ": tensor '" + targets_name + "' holds " + std::to_string(opened.targets.rows) +
-                                  " rows, but '" + inputs_name + "' holds " + std::to_string(opened.inputs.rows) +
-                                  " (a sample is row i of both)");
+  // Every tensor read holds a row per sample: the first one read sets the count the others must match.
+  std::string first;
+  const auto check_rows = [&](const RowSource& source, const std::string& key) {
+    if (first.empty()) {
+      first = source.tensor;
+      opened.rows = source.rows;
+    } else if (source.rows != opened.rows) {
+      config.fail(key, path + ": tensor '" + source.tensor + "' holds " + std::to_string(source.rows) +
+                           " rows, but '" + first + "' holds " + std::to_string(opened.rows) +
+                           " (a sample is row i of each)");
+    }
+  };
+  if (!inputs_name.empty()) {
+    opened.inputs = row_source(config, keys.inputs, file, inputs_name, /*inputs=*/true);
+    check_rows(opened.inputs, keys.inputs);
+  }
+  if (!targets_name.empty()) {
+    opened.targets = row_source(config, keys.targets, file, targets_name, /*inputs=*/false);
+    check_rows(opened.targets, keys.targets);
+  }
+  const std::string fields_key = keys.file == "path" ? "fields" : keys.file;
+  for (const auto& name : fields) {
+    opened.more.emplace_back(name, row_source(config, fields_key, file, name, /*inputs=*/false));
+    check_rows(opened.more.back().second, fields_key);
+  }
   return opened;
 }
 
@@ -241,30 +277,60 @@ ClassRange check_classes(const PluginConfig& config, const std::string& key, con
 }  // namespace
 
 DatasetSplits make_safetensors_dataset(const PluginConfig& config, const DatasetContext& context) {
-  const std::string inputs_name = config.get_text_or("inputs", "inputs");
-  const std::string targets_name = config.get_text_or("targets", "targets");
-  const OpenedFile train = open_file(config, Keys{"path", "inputs", "targets"}, inputs_name, targets_name);
+  // inputs / targets name the tensors that become the fields "inputs" and "targets" ("" for none); `fields` names
+  // more tensors, each a field of its own name in its file's dtype. `float_fields` are converted to float32 (the
+  // inputs, by default: features or images).
+  const std::string inputs_name = config.get_or("inputs", "inputs");
+  const std::string targets_name = config.get_or("targets", "targets");
+  const std::vector<std::string> fields = config.get_or("fields", std::vector<std::string>{});
+  std::vector<std::string> float_fields =
+      config.get_or("float_fields", inputs_name.empty() ? std::vector<std::string>{} : std::vector<std::string>{"inputs"});
+  {
+    std::vector<std::string> all;
+    if (!inputs_name.empty()) all.push_back("inputs");
+    if (!targets_name.empty()) all.push_back("targets");
+    for (const auto& f : fields) {
+      if (f.empty() || f == "inputs" || f == "targets" || std::find(all.begin(), all.end(), f) != all.end())
+        config.fail("fields", "field names must be unique, not empty and not \"inputs\" or \"targets\" (name "
+                              "those with the keys inputs and targets), got \"" + f + "\"");
+      all.push_back(f);
+    }
+    if (all.empty()) config.fail("inputs", "the dataset would have no fields: name tensors with inputs, targets or fields");
+    for (const auto& f : float_fields)
+      if (std::find(all.begin(), all.end(), f) == all.end())
+        config.fail("float_fields", "names '" + f + "', which is not a field of this dataset (its fields: " +
+                                        [&] {
+                                          std::string names;
+                                          for (const auto& a : all) names += (names.empty() ? "" : ", ") + a;
+                                          return names;
+                                        }() + ")");
+  }
+  const OpenedFile train = open_file(config, Keys{"path", "inputs", "targets"}, inputs_name, targets_name, fields);
   const bool separate_eval = config.has("eval_path");
   OpenedFile eval;
   if (separate_eval) {
     if (config.has("eval_fraction"))
       config.fail("eval_fraction", "cannot be used with eval_path (the evaluation rows come from that file)");
-    eval = open_file(config, Keys{"eval_path", "eval_path", "eval_path"}, inputs_name, targets_name);
+    eval = open_file(config, Keys{"eval_path", "eval_path", "eval_path"}, inputs_name, targets_name, fields);
     const auto differ = [&](const RowSource& a, const RowSource& b, const char* which) {
       if (a.row_shape != b.row_shape)
         config.fail("eval_path", b.file->path() + ": tensor '" + b.tensor + "' has rows of shape " +
                                      shape_text(b.row_shape) + ", but the training file's " + which + " rows have " +
                                      shape_text(a.row_shape));
     };
-    differ(train.inputs, eval.inputs, "input");
-    differ(train.targets, eval.targets, "target");
+    if (train.has_inputs()) differ(train.inputs, eval.inputs, "input");
+    if (train.has_targets()) differ(train.targets, eval.targets, "target");
+    for (std::size_t i = 0; i < train.more.size(); ++i)
+      differ(train.more[i].second, eval.more[i].second, ("'" + train.more[i].first + "'").c_str());
   }
 
   // Class indices or values: by the targets' dtype unless task says.
-  const bool integer_targets = at::isIntegralType(train.targets.dtype, /*includeBool=*/true);
+  const bool integer_targets = train.has_targets() && at::isIntegralType(train.targets.dtype, /*includeBool=*/true);
+  if (!train.has_targets() && config.has("task"))
+    config.fail("task", "applies to targets, but this dataset has none (targets = \"\")");
   const std::string task =
       config.get_choice_or("task", integer_targets ? "classification" : "regression", {"classification", "regression"});
-  const bool classification = task == "classification";
+  const bool classification = task == "classification" && train.has_targets();
   for (const OpenedFile* file : {&train, separate_eval ? &eval : static_cast<const OpenedFile*>(nullptr)}) {
     if (!file || !classification) continue;
     if (!at::isIntegralType(file->targets.dtype, /*includeBool=*/true))
@@ -300,30 +366,40 @@ DatasetSplits make_safetensors_dataset(const PluginConfig& config, const Dataset
     config.fail("num_classes", "applies to class targets, but the targets are values to regress (task = \"regression\")");
   }
 
+  // The fields of a file's batches: inputs, targets, then `fields`, each in the dtype the batch holds.
+  const auto field_sources = [&](const OpenedFile& file) {
+    std::vector<FieldSource> out;
+    const auto add = [&](const std::string& name, const RowSource& rows, at::ScalarType natural,
+                         std::int64_t classes) {
+      const bool to_float = std::find(float_fields.begin(), float_fields.end(), name) != float_fields.end();
+      out.push_back(FieldSource{name, rows, to_float ? at::kFloat : natural, classes});
+    };
+    if (file.has_inputs()) add("inputs", file.inputs, at::ScalarType::Undefined, 0);
+    if (file.has_targets()) add("targets", file.targets, num_classes > 0 ? at::kLong : at::kFloat, num_classes);
+    for (const auto& [name, rows] : file.more) add(name, rows, at::ScalarType::Undefined, 0);
+    return out;
+  };
+
   DatasetSplits splits;
   if (separate_eval) {
     if (context.need_train)
-      splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, at::Tensor(),
-                                                          "safetensors/train");
-    splits.eval = std::make_shared<SafetensorsDataset>(eval.inputs, eval.targets, num_classes, at::Tensor(),
-                                                       "safetensors/eval");
+      splits.train = std::make_shared<SafetensorsDataset>(field_sources(train), at::Tensor(), "safetensors/train");
+    splits.eval = std::make_shared<SafetensorsDataset>(field_sources(eval), at::Tensor(), "safetensors/eval");
     return splits;
   }
 
   // A seeded split of the one file, drawn as the csv dataset draws its own. It keeps one 8-byte row number per row
   // in memory (eval_path keeps none); eval_fraction = 0 evaluates on the training rows.
-  const RowSplit split = draw_row_split(config, train.inputs.rows, context.seed ^ kSplitSeedSalt);
+  const RowSplit split = draw_row_split(config, train.rows, context.seed ^ kSplitSeedSalt);
   if (!split.held_out()) {
-    const auto all = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, at::Tensor(),
-                                                          "safetensors/train");
+    const auto all = std::make_shared<SafetensorsDataset>(field_sources(train), at::Tensor(), "safetensors/train");
     splits.train = context.need_train ? all : nullptr;
     splits.eval = all;
     return splits;
   }
   if (context.need_train)
-    splits.train = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, split.train,
-                                                        "safetensors/train");
-  splits.eval = std::make_shared<SafetensorsDataset>(train.inputs, train.targets, num_classes, split.eval,
+    splits.train = std::make_shared<SafetensorsDataset>(field_sources(train), split.train, "safetensors/train");
+  splits.eval = std::make_shared<SafetensorsDataset>(field_sources(train), split.eval,
                                                      "safetensors/eval");
   return splits;
 }

@@ -144,9 +144,9 @@ TEST_SUITE("data") {
 
     // Out of order, a repeat, and a run of neighbours (read in one call): each row exactly where it was asked for.
     const Batch batch = whole.train->get(longs({4, 1, 5, 4, 2, 3}));
-    REQUIRE((batch.inputs.scalar_type() == at::kFloat));
-    REQUIRE((batch.targets.scalar_type() == at::kLong));
-    CHECK(batch.inputs.sizes().vec() == std::vector<std::int64_t>{6, 2, 3});
+    REQUIRE((batch.inputs().scalar_type() == at::kFloat));
+    REQUIRE((batch.targets().scalar_type() == at::kLong));
+    CHECK(batch.inputs().sizes().vec() == std::vector<std::int64_t>{6, 2, 3});
     std::vector<float> expected_inputs;
     std::vector<std::int64_t> expected_targets;
     for (std::int64_t r : {4, 1, 5, 4, 2, 3}) {
@@ -154,18 +154,18 @@ TEST_SUITE("data") {
       expected_inputs.insert(expected_inputs.end(), row.begin(), row.end());
       expected_targets.push_back(kY[r]);
     }
-    CHECK(floats(batch.inputs) == expected_inputs);
-    CHECK(int64s(batch.targets) == expected_targets);
+    CHECK(floats(batch.inputs()) == expected_inputs);
+    CHECK(int64s(batch.targets()) == expected_targets);
 
     // Every input dtype becomes float32 with the file's values.
     const auto inputs_of = [&](const std::string& tensor, const std::vector<std::int64_t>& rows) {
       const DatasetSplits s = b.build("inputs = \"" + tensor + "\"\ntargets = \"y\"\neval_fraction = 0");
       const Batch got = s.train->get(longs(rows));
-      CHECK((got.inputs.scalar_type() == at::kFloat));
+      CHECK((got.inputs().scalar_type() == at::kFloat));
       std::vector<std::int64_t> shape = s.train->spec().input_shape;
       shape.insert(shape.begin(), static_cast<std::int64_t>(rows.size()));
-      CHECK(got.inputs.sizes().vec() == shape);
-      return floats(got.inputs);
+      CHECK(got.inputs().sizes().vec() == shape);
+      return floats(got.inputs());
     };
     CHECK(inputs_of("x16", {5, 0}) == std::vector<float>{50, 51, 52, 53, 0, 1, 2, 3});
     CHECK(inputs_of("xbf", {3, 4}) == std::vector<float>{6, 7, 8, 9});
@@ -177,22 +177,22 @@ TEST_SUITE("data") {
     // Integer targets of another width are class indices too; float targets are values to regress.
     const DatasetSplits u8 = b.build("inputs = \"x32\"\ntargets = \"yu8\"\neval_fraction = 0");
     CHECK(u8.train->spec().num_classes == 4);
-    CHECK(int64s(u8.train->get(longs({5, 1})).targets) == std::vector<std::int64_t>{3, 1});
+    CHECK(int64s(u8.train->get(longs({5, 1})).targets()) == std::vector<std::int64_t>{3, 1});
     CHECK(b.build("inputs = \"x32\"\ntargets = \"yu8\"\nnum_classes = 10").train->spec().num_classes == 10);
 
     const DatasetSplits values = b.build("inputs = \"x32\"\ntargets = \"yf\"\neval_fraction = 0");
     CHECK(values.train->spec().num_classes == 0);
     CHECK(values.train->spec().target_shape == std::vector<std::int64_t>{2});
     const Batch value_batch = values.train->get(longs({3, 0}));
-    CHECK((value_batch.targets.scalar_type() == at::kFloat));
-    CHECK(floats(value_batch.targets) == std::vector<float>{3, -3, 0, 0});
+    CHECK((value_batch.targets().scalar_type() == at::kFloat));
+    CHECK(floats(value_batch.targets()) == std::vector<float>{3, -3, 0, 0});
     const DatasetSplits halves = b.build("inputs = \"x32\"\ntargets = \"yf16\"\neval_fraction = 0");
     CHECK(halves.train->spec().target_shape.empty());
-    CHECK(floats(halves.train->get(longs({2, 5})).targets) == std::vector<float>{0.5f, 1.25f});
+    CHECK(floats(halves.train->get(longs({2, 5})).targets()) == std::vector<float>{0.5f, 1.25f});
     // task = "regression" makes integer targets values.
     const DatasetSplits counts = b.build("inputs = \"x32\"\ntargets = \"y\"\ntask = \"regression\"\neval_fraction = 0");
     CHECK(counts.train->spec().num_classes == 0);
-    CHECK(floats(counts.train->get(longs({0, 1})).targets) == std::vector<float>{2, 0});
+    CHECK(floats(counts.train->get(longs({0, 1})).targets()) == std::vector<float>{2, 0});
 
     CHECK(contains(error_text([&] { whole.train->get(longs({6})); }), "sample 6 is outside [0, 6)"));
     CHECK(contains(error_text([&] { whole.train->get(longs({-1})); }), "sample -1 is outside [0, 6)"));
@@ -208,20 +208,20 @@ TEST_SUITE("data") {
     const Batch eval = split.eval->get(longs({0, 1, 2}));
     // x64 holds r + 0.5, so each sample names its row: the splits are disjoint, cover the file, and pair each
     // row's input with its own target.
-    const at::Tensor rows = at::cat({train.inputs, eval.inputs}).reshape({-1}).sub(0.5).to(at::kLong);
+    const at::Tensor rows = at::cat({train.inputs(), eval.inputs()}).reshape({-1}).sub(0.5).to(at::kLong);
     CHECK(int64s(std::get<0>(at::sort(rows))) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5});
     const std::vector<std::int64_t> row_numbers = int64s(rows);
-    const std::vector<std::int64_t> targets = int64s(at::cat({train.targets, eval.targets}));
+    const std::vector<std::int64_t> targets = int64s(at::cat({train.targets(), eval.targets()}));
     for (std::size_t i = 0; i < row_numbers.size(); ++i) CHECK(targets[i] == kY[row_numbers[i]]);
     // The split depends on the seed alone.
     const auto eval_rows = [&](std::uint64_t seed) {
       Builder again(b.dir);
       again.context.seed = seed;
-      return floats(again.build("inputs = \"x64\"\ntargets = \"y\"\neval_fraction = 0.5").eval->get(longs({0, 1, 2})).inputs);
+      return floats(again.build("inputs = \"x64\"\ntargets = \"y\"\neval_fraction = 0.5").eval->get(longs({0, 1, 2})).inputs());
     };
-    CHECK(eval_rows(11) == floats(eval.inputs));
+    CHECK(eval_rows(11) == floats(eval.inputs()));
     bool another_split = false;
-    for (std::uint64_t seed = 12; seed < 20 && !another_split; ++seed) another_split = eval_rows(seed) != floats(eval.inputs);
+    for (std::uint64_t seed = 12; seed < 20 && !another_split; ++seed) another_split = eval_rows(seed) != floats(eval.inputs());
     CHECK(another_split);
 
     const DatasetSplits separate =
@@ -232,8 +232,8 @@ TEST_SUITE("data") {
     std::vector<float> expected = x32_row(7);
     const std::vector<float> row6 = x32_row(6);
     expected.insert(expected.end(), row6.begin(), row6.end());
-    CHECK(floats(held_out.inputs) == expected);
-    CHECK(int64s(held_out.targets) == std::vector<std::int64_t>{kY[7], kY[6]});
+    CHECK(floats(held_out.inputs()) == expected);
+    CHECK(int64s(held_out.targets()) == std::vector<std::int64_t>{kY[7], kY[6]});
     CHECK(separate.eval->spec().num_classes == 3);
 
     // Only the evaluation split when training is not needed (baton eval, predict).
@@ -256,7 +256,7 @@ TEST_SUITE("data") {
           std::vector<float> expected = x32_row(a);
           const std::vector<float> second = x32_row(c);
           expected.insert(expected.end(), second.begin(), second.end());
-          if (floats(got.inputs) != expected || int64s(got.targets) != std::vector<std::int64_t>{kY[a], kY[c]}) ++wrong;
+          if (floats(got.inputs()) != expected || int64s(got.targets()) != std::vector<std::int64_t>{kY[a], kY[c]}) ++wrong;
         }
       });
     for (auto& thread : threads) thread.join();

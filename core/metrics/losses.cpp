@@ -36,12 +36,13 @@ std::pair<at::Tensor, at::Tensor> elementwise(const std::string& loss, const at:
   return {out, targets.scalar_type() == out.scalar_type() ? targets : targets.to(out.scalar_type())};
 }
 
-LossFunction cross_entropy(const PluginConfig& config, const DataSpec& data) {
+LossFunction cross_entropy(const PluginConfig& config, const DataSpec& all) {
+  const auto [keys, data] = metrics_detail::keyed_spec(config, all);
   const double smoothing = config.get_number_or("label_smoothing", 0.0, Range::half_open(0, 1));
   if (!data.classification())
     config.fail("name", "cross_entropy needs class targets, but the data has " + data.describe() +
                             " (for values, use mse, l1 or smooth_l1)");
-  return [smoothing](const at::Tensor& outputs, const at::Tensor& targets) {
+  return tensor_loss(keys, [smoothing](const at::Tensor& outputs, const at::Tensor& targets) {
     const at::Tensor out = at_least_float(outputs);
     // ATen takes both forms itself: a floating target of the outputs' shape holds class probabilities (after
     // label smoothing or MixUp), an integral one [N] holds class indices.
@@ -55,36 +56,40 @@ LossFunction cross_entropy(const PluginConfig& config, const DataSpec& data) {
       throw Error("cross_entropy: class indices of shape " + shape_text(targets) + " do not fit outputs of shape " +
                   shape_text(out) + " (one index per output row)");
     return at::cross_entropy_loss(out, targets.to(at::kLong), {}, at::Reduction::Mean, -100, smoothing);
-  };
+  });
 }
 
-LossFunction mse(const PluginConfig&, const DataSpec&) {
-  return [](const at::Tensor& outputs, const at::Tensor& targets) {
+LossFunction mse(const PluginConfig& config, const DataSpec& data) {
+  return tensor_loss(metrics_detail::keyed_spec(config, data).first, [](const at::Tensor& outputs,
+                                                                        const at::Tensor& targets) {
     auto [out, target] = elementwise("mse", outputs, targets);
     return at::mse_loss(out, target);
-  };
+  });
 }
 
-LossFunction l1(const PluginConfig&, const DataSpec&) {
-  return [](const at::Tensor& outputs, const at::Tensor& targets) {
+LossFunction l1(const PluginConfig& config, const DataSpec& data) {
+  return tensor_loss(metrics_detail::keyed_spec(config, data).first, [](const at::Tensor& outputs,
+                                                                        const at::Tensor& targets) {
     auto [out, target] = elementwise("l1", outputs, targets);
     return at::l1_loss(out, target);
-  };
+  });
 }
 
-LossFunction smooth_l1(const PluginConfig& config, const DataSpec&) {
+LossFunction smooth_l1(const PluginConfig& config, const DataSpec& data) {
+  const FieldKeys keys = metrics_detail::keyed_spec(config, data).first;
   const double beta = config.get_number_or("beta", 1.0, Range::above(0));
-  return [beta](const at::Tensor& outputs, const at::Tensor& targets) {
+  return tensor_loss(keys, [beta](const at::Tensor& outputs, const at::Tensor& targets) {
     auto [out, target] = elementwise("smooth_l1", outputs, targets);
     return at::smooth_l1_loss(out, target, at::Reduction::Mean, beta);
-  };
+  });
 }
 
-LossFunction bce_with_logits(const PluginConfig&, const DataSpec&) {
-  return [](const at::Tensor& outputs, const at::Tensor& targets) {
+LossFunction bce_with_logits(const PluginConfig& config, const DataSpec& data) {
+  return tensor_loss(metrics_detail::keyed_spec(config, data).first, [](const at::Tensor& outputs,
+                                                                        const at::Tensor& targets) {
     auto [out, target] = elementwise("bce_with_logits", outputs, targets);  // 0/1 integers become floats
     return at::binary_cross_entropy_with_logits(out, target);
-  };
+  });
 }
 
 }  // namespace

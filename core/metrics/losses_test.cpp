@@ -24,17 +24,22 @@ Components registered() {
   return c;
 }
 
-DataSpec classes(std::int64_t n) { return DataSpec{{4}, {}, n}; }
-DataSpec regression() { return DataSpec{{13}, {}, 0}; }
+DataSpec classes(std::int64_t n) { return DataSpec{{4}, {}, n, {}}; }
+DataSpec regression() { return DataSpec{{13}, {}, 0, {}}; }
 
-LossFunction loss(const std::string& name, const std::string& toml = "", const DataSpec& data = regression()) {
+// The loss on an outputs tensor and a targets tensor (a batch of the targets alone).
+using TensorLoss = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
+
+TensorLoss loss(const std::string& name, const std::string& toml = "", const DataSpec& data = regression()) {
   static const Components c = registered();
   const auto* entry = c.losses.find(name);
   REQUIRE(entry != nullptr);
   const PluginConfig config = PluginConfig::from_toml(toml, name);
   LossFunction f = entry->factory(config, data);
   config.reject_unread();  // every key given was read
-  return f;
+  return [f](const at::Tensor& outputs, const at::Tensor& targets) {
+    return f(Outputs(outputs), Batch::of(at::Tensor(), targets));
+  };
 }
 
 double value(const at::Tensor& t) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -62,7 +63,7 @@ at::Tensor target_classes(const std::string& metric, const at::Tensor& targets, 
 }
 
 /// The common part: a fixed number of sums, zeroed by reset().
-class SumsMetric : public Metric {
+class SumsMetric : public TensorMetric {
  public:
   SumsMetric(std::string name, std::size_t count, bool higher_is_better)
       : name_(std::move(name)), sums_(count, 0.0), higher_(higher_is_better) {}
@@ -93,7 +94,7 @@ void require(const PluginConfig& config, const DataSpec& data, const std::string
 class Accuracy : public SumsMetric {
  public:
   Accuracy() : SumsMetric("accuracy", 2, true) {}
-  void update(const at::Tensor& outputs, const at::Tensor& targets) override {
+  void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     const at::Tensor predicted = predicted_classes(name_, outputs);
     const at::Tensor truth = target_classes(name_, targets, predicted.size(0));
     sums_[0] += static_cast<double>(predicted.eq(truth).sum().item<std::int64_t>());
@@ -109,7 +110,7 @@ class Accuracy : public SumsMetric {
 class TopK : public SumsMetric {
  public:
   explicit TopK(std::int64_t k) : SumsMetric("top_k", 2, true), k_(k) {}
-  void update(const at::Tensor& outputs, const at::Tensor& targets) override {
+  void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     if (outputs.dim() != 2 || outputs.size(1) < k_)
       throw Error("top_k: expected outputs [N, classes] with at least k = " + std::to_string(k_) +
                   " classes, got shape " + shape_text(outputs));
@@ -131,7 +132,7 @@ class TopK : public SumsMetric {
 class ErrorMetric : public SumsMetric {
  public:
   ErrorMetric(std::string name, bool squared) : SumsMetric(std::move(name), 2, false), squared_(squared) {}
-  void update(const at::Tensor& outputs, const at::Tensor& targets) override {
+  void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     const at::Tensor error = cpu(fit_outputs(name_, outputs, targets), at::kDouble).sub(cpu(targets, at::kDouble));
     sums_[0] += (squared_ ? error.mul(error) : error.abs()).sum().item<double>();
     sums_[1] += static_cast<double>(error.numel());
@@ -153,7 +154,7 @@ class R2 : public SumsMetric {
  public:
   explicit R2(std::int64_t columns)
       : SumsMetric("r2", 4 * static_cast<std::size_t>(columns), true), columns_(columns) {}
-  void update(const at::Tensor& outputs, const at::Tensor& targets) override {
+  void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     const at::Tensor predicted = cpu(fit_outputs(name_, outputs, targets), at::kDouble);
     const at::Tensor y = cpu(targets, at::kDouble);
     const std::int64_t n = y.dim() == 0 ? 1 : y.size(0);
@@ -209,7 +210,7 @@ class F1 : public SumsMetric {
  public:
   F1(std::int64_t classes, bool binary)
       : SumsMetric("f1", 3 * static_cast<std::size_t>(classes), true), classes_(classes), binary_(binary) {}
-  void update(const at::Tensor& outputs, const at::Tensor& targets) override {
+  void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     const bool single_logit = outputs.dim() == 1 || (outputs.dim() == 2 && outputs.size(1) == 1);
     if (single_logit ? classes_ != 2 : (outputs.dim() != 2 || outputs.size(1) != classes_))
       throw Error("f1: outputs of shape " + shape_text(outputs) + " do not give " + std::to_string(classes_) +
@@ -253,17 +254,35 @@ class F1 : public SumsMetric {
   bool binary_;
 };
 
+// A built-in metric compares one output with one field: the keys `output` and `target` say which, and the metric
+// sees the data with that field as its targets.
+using TensorMetricFactory = std::function<std::unique_ptr<TensorMetric>(const PluginConfig&, const DataSpec&)>;
+
+struct BuiltinMetrics {
+  Registry<MetricFactory>& registry;
+  void add(const std::string& name, const std::string& description, TensorMetricFactory factory) {
+    registry.add(name, description,
+                 [factory = std::move(factory)](const PluginConfig& config,
+                                                const DataSpec& data) -> std::unique_ptr<Metric> {
+                   auto [keys, spec] = metrics_detail::keyed_spec(config, data);
+                   std::unique_ptr<TensorMetric> metric = factory(config, spec);
+                   metric->keys = std::move(keys);
+                   return metric;
+                 });
+  }
+};
+
 }  // namespace
 
 void register_builtin_metrics(Components& components) {
-  auto& metrics = components.metrics;
+  BuiltinMetrics metrics{components.metrics};
   metrics.add("accuracy", "the fraction of samples whose highest score is their class",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 require(config, data, "accuracy", true);
                 return std::make_unique<Accuracy>();
               });
   metrics.add("top_k", "the fraction of samples whose class is among the k (key k, default 5) highest scores",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 const std::int64_t k = config.get_int_or("k", 5, Range::at_least(1));
                 require(config, data, "top_k", true);
                 // k beyond the classes would make every sample a hit (k = the class count already does): refused.
@@ -274,7 +293,7 @@ void register_builtin_metrics(Components& components) {
                 return std::make_unique<TopK>(k);
               });
   metrics.add("f1", "F1 score of class 1 (average = \"binary\") or the mean over classes (\"macro\")",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 require(config, data, "f1", true);
                 const std::string average =
                     config.get_choice_or("average", data.num_classes == 2 ? "binary" : "macro", {"binary", "macro"});
@@ -284,17 +303,17 @@ void register_builtin_metrics(Components& components) {
                 return std::make_unique<F1>(data.num_classes, average == "binary");
               });
   metrics.add("mae", "mean absolute error over all target values",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 require(config, data, "mae", false);
                 return std::make_unique<ErrorMetric>("mae", false);
               });
   metrics.add("rmse", "root mean squared error over all target values",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 require(config, data, "rmse", false);
                 return std::make_unique<ErrorMetric>("rmse", true);
               });
   metrics.add("r2", "coefficient of determination, averaged over target columns (scikit-learn's r2_score)",
-              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<Metric> {
+              [](const PluginConfig& config, const DataSpec& data) -> std::unique_ptr<TensorMetric> {
                 require(config, data, "r2", false);
                 return std::make_unique<R2>(data.output_size());
               });

@@ -23,9 +23,14 @@ using namespace baton;
 
 namespace {
 
-DataSpec classes(std::int64_t n) { return DataSpec{{4}, {}, n}; }
+// One batch of outputs against targets (a batch of the targets alone).
+void feed(Metric& metric, const at::Tensor& outputs, const at::Tensor& targets) {
+  metric.update(Outputs(outputs), Batch::of(at::Tensor(), targets));
+}
+
+DataSpec classes(std::int64_t n) { return DataSpec{{4}, {}, n, {}}; }
 DataSpec regression(std::int64_t columns = 1) {
-  return DataSpec{{13}, columns == 1 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{columns}, 0};
+  return DataSpec{{13}, columns == 1 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{columns}, 0, {}};
 }
 
 std::unique_ptr<Metric> make(const std::string& name, const DataSpec& data, const std::string& toml = "") {
@@ -44,7 +49,7 @@ std::unique_ptr<Metric> make(const std::string& name, const DataSpec& data, cons
 /// One metric object over the whole batch.
 double over(Metric& metric, const at::Tensor& outputs, const at::Tensor& targets) {
   metric.reset();
-  metric.update(outputs, targets);
+  feed(metric, outputs, targets);
   return metric.compute(metric.sums());
 }
 
@@ -134,8 +139,8 @@ std::pair<double, double> split(const std::string& name, const DataSpec& data, c
                                 const at::Tensor& targets, const std::string& toml = "") {
   auto first = make(name, data, toml), second = make(name, data, toml);
   const std::int64_t half = outputs.size(0) / 2;
-  first->update(outputs.slice(0, 0, half), targets.slice(0, 0, half));
-  second->update(outputs.slice(0, half), targets.slice(0, half));
+  feed(*first, outputs.slice(0, 0, half), targets.slice(0, 0, half));
+  feed(*second, outputs.slice(0, half), targets.slice(0, half));
   const double mean = (first->compute(first->sums()) + second->compute(second->sums())) / 2;
   return {first->compute(added(first->sums(), second->sums())), mean};
 }
@@ -169,8 +174,8 @@ TEST_SUITE("metrics") {
     CHECK(over(*accuracy, logits(), one_hot) == near(5.0 / 8));
     // int32 indices on two batches accumulate: 5 + 1 (a second batch of two rows, one right) over 10
     accuracy->reset();
-    accuracy->update(logits(), labels().to(at::kInt));
-    accuracy->update(floats({1, 0, 0, 1}, 2), longs({0, 0}));
+    feed(*accuracy, logits(), labels().to(at::kInt));
+    feed(*accuracy, floats({1, 0, 0, 1}, 2), longs({0, 0}));
     CHECK(accuracy->compute(accuracy->sums()) == near(6.0 / 10));
     // a single logit per sample (binary): > 0 is class 1: 1 0 1 0 1 0 1 0 against 1 0 0 0 1 1 1 0: 6 / 8 right
     auto binary = make("accuracy", classes(2));
@@ -204,7 +209,7 @@ TEST_SUITE("metrics") {
     CHECK(over(*make("rmse", regression()), floats({1, 2}).to(at::kBFloat16), floats({0, 4})) ==
           near(std::sqrt(5.0 / 2)));
     // a mismatch names both shapes
-    const auto text = test::error_text([&] { make("mae", regression())->update(predictions(), y); });
+    const auto text = test::error_text([&] { feed(*make("mae", regression()), predictions(), y); });
     CHECK(text.find("[8, 2]") != std::string::npos);
     CHECK(text.find("[8]") != std::string::npos);
   }
@@ -317,17 +322,17 @@ TEST_SUITE("metrics") {
       auto metric = make(name, data, name == "top_k" ? "k = 2" : "");
       const auto empty = metric->sums();
       for (double s : empty) CHECK(s == 0.0);
-      metric->update(outputs, targets);
+      feed(*metric, outputs, targets);
       const auto once = metric->sums();
       CHECK(once.size() == empty.size());
       CHECK(once != empty);
       metric->reset();
       CHECK(metric->sums() == empty);
-      metric->update(outputs, targets);
+      feed(*metric, outputs, targets);
       CHECK(metric->sums() == once);
       // outputs that require grad (as a model gives them) are fine
       metric->reset();
-      metric->update(outputs.clone().requires_grad_(), targets);
+      feed(*metric, outputs.clone().requires_grad_(), targets);
       CHECK(metric->sums() == once);
       CHECK_THROWS_AS(metric->compute({1.0}), Error);  // sums of another metric
     }

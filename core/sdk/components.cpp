@@ -23,4 +23,22 @@ ComponentOriginScope::~ComponentOriginScope() { current_origin() = std::move(pre
 
 Metric::~Metric() = default;
 
+TensorMetric::~TensorMetric() = default;
+
+void TensorMetric::update(const Outputs& outputs, const Batch& batch) {
+  update_tensors(keys.output_of(outputs), keys.target_of(batch));
+}
+
+const at::Tensor& FieldKeys::output_of(const Outputs& outputs) const {
+  return output.empty() ? outputs.main() : outputs[output];
+}
+
+const at::Tensor& FieldKeys::target_of(const Batch& batch) const { return batch[target]; }
+
+LossFunction tensor_loss(FieldKeys keys, std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> fn) {
+  return [keys = std::move(keys), fn = std::move(fn)](const Outputs& outputs, const Batch& batch) {
+    return fn(keys.output_of(outputs), keys.target_of(batch));
+  };
+}
+
 }  // namespace baton

@@ -1,6 +1,8 @@
 // The data types of the SDK (baton/dataset.h): what plugins, models and the trainer share about the data.
 #include "baton/dataset.h"
 
+#include <algorithm>
+
 #include <ATen/ops/index_select.h>
 
 #include "baton/error.h"
@@ -28,10 +30,55 @@ std::string DataSpec::describe() const {
   return out + std::to_string(values) + " regression target" + (values == 1 ? "" : "s");
 }
 
+const FieldSpec* DataSpec::field(const std::string& name) const {
+  for (const auto& f : fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::string DataSpec::field_names() const {
+  std::string out;
+  for (const auto& f : fields) out += (out.empty() ? "" : ", ") + f.name;
+  return out.empty() ? std::string("no fields") : out;
+}
+
+FieldSpec field_spec(std::string name, const at::Tensor& rows, std::int64_t num_classes) {
+  FieldSpec out;
+  out.name = std::move(name);
+  out.shape = rows.sizes().slice(1).vec();
+  out.dtype = rows.scalar_type();
+  out.num_classes = num_classes;
+  return out;
+}
+
+namespace {
+// inputs, targets, then the other fields: the order of every batch.
+template <class Visit>
+void visit_fields(const TensorDataset& data, Visit visit) {
+  if (data.inputs.defined()) visit("inputs", data.inputs);
+  if (data.targets.defined()) visit("targets", data.targets);
+  for (const auto& [field, tensor] : data.fields) visit(field, tensor);
+}
+}  // namespace
+
+std::int64_t TensorDataset::size() const {
+  std::int64_t n = -1;
+  visit_fields(*this, [&](const std::string&, const at::Tensor& t) {
+    if (n < 0 && t.dim() > 0) n = t.size(0);
+  });
+  return std::max<std::int64_t>(n, 0);
+}
+
 Batch TensorDataset::get(const at::Tensor& indices) const {
-  if (!inputs.defined() || !targets.defined())
-    throw Error("dataset '" + name + "': cannot take a batch from an empty dataset");
-  return Batch{at::index_select(inputs, 0, indices), at::index_select(targets, 0, indices)};
+  Batch batch;
+  visit_fields(*this, [&](const std::string& field, const at::Tensor& t) {
+    if (t.dim() == 0 || t.size(0) != size())
+      throw Error("dataset '" + name + "': field '" + field + "' has " + (t.dim() ? std::to_string(t.size(0)) : "no") +
+                  " rows, the dataset " + std::to_string(size()));
+    batch.set(field, at::index_select(t, 0, indices));
+  });
+  if (batch.empty()) throw Error("dataset '" + name + "': cannot take a batch from an empty dataset");
+  return batch;
 }
 
 DataSpec TensorDataset::spec() const {
@@ -39,7 +86,10 @@ DataSpec TensorDataset::spec() const {
   if (inputs.defined()) spec.input_shape = inputs.sizes().slice(1).vec();
   if (targets.defined()) spec.target_shape = targets.sizes().slice(1).vec();
   const bool regression = targets.defined() && at::isFloatingType(targets.scalar_type());
-  spec.num_classes = regression ? 0 : num_classes;
+  spec.num_classes = regression || !targets.defined() ? 0 : num_classes;
+  visit_fields(*this, [&](const std::string& field, const at::Tensor& t) {
+    spec.fields.push_back(field_spec(field, t, field == "targets" ? spec.num_classes : 0));
+  });
   return spec;
 }
 

@@ -12,7 +12,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "baton/model_tensors.h"
-#include "checkpoint/optimizer_state.h"
+#include "baton/optimizer_state.h"
 #include "engine/engine.h"
 #include "logging/run_logger.h"
 #include "trainer/format.h"
@@ -46,14 +46,15 @@ class PendingCheckpoint final : public CheckpointInProgress {
 }  // namespace
 
 Checkpointer::Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-                           torch::nn::Module& module, torch::optim::Optimizer& optimizer, const PluginList& plugins,
+                           torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
+                           const PluginList& plugins,
                            std::vector<double> base_lrs, LossScaler* scaler)
     : state_(state),
       engine_(engine),
       logger_(logger),
       options_(options),
       module_(module),
-      optimizer_(optimizer),
+      optimizers_(optimizers),
       plugins_(plugins),
       base_lrs_(std::move(base_lrs)),
       scaler_(scaler) {
@@ -93,6 +94,11 @@ void Checkpointer::save_final(TimeUnit unit) {
   if (store_) write(name_at(unit), {}, {});
 }
 
+std::string Checkpointer::optimizer_section(std::size_t i) const {
+  // The first is "optimizer" whatever its name, so a run of one optimizer reads the checkpoints it always wrote.
+  return i == 0 ? std::string("optimizer") : "optimizer." + optimizers_[i].name;
+}
+
 CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, StateDict>>& files) const {
   CheckpointData data;
   data.timestamp = state_.progress.now;
@@ -101,8 +107,9 @@ CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, St
   StateDict model_state;
   for (auto& [name, tensor] : named_model_tensors(module_)) model_state.set_tensor(name, tensor.detach());
   data.sections.emplace_back("model", std::move(model_state));
-  data.sections.emplace_back("optimizer",
-                             export_optimizer_state(optimizer_, named_model_tensors(module_, /*buffers=*/false)));
+  for (std::size_t i = 0; i < optimizers_.size(); ++i)
+    data.sections.emplace_back(optimizer_section(i), export_optimizer_state(*optimizers_[i].optimizer,
+                                                                           named_model_tensors(module_, false)));
 
   StateDict trainer_state;
   trainer_state.set_int("seed", static_cast<std::int64_t>(options_.seed));
@@ -179,11 +186,20 @@ void Checkpointer::restore_model(const CheckpointData& data, const std::string& 
 void Checkpointer::restore_training_state(const CheckpointData& data, const std::string& path) {
   std::int64_t saved_world = options_.world_size, saved_batch = options_.batch_size;
   std::string saved_duration;
-  if (const StateDict* saved = data.section("optimizer")) {
+  for (std::size_t i = 0; i < optimizers_.size(); ++i) {
+    const StateDict* saved = data.section(optimizer_section(i));
+    if (saved == nullptr) {
+      // A model's second optimizer missing from its checkpoint would resume from a fresh state: not bitwise.
+      if (i > 0)
+        throw CheckpointError("checkpoint " + path + " has no state for optimizer '" + optimizers_[i].name +
+                              "' (section " + optimizer_section(i) + "): it was written by a run of other optimizers");
+      continue;
+    }
     try {
-      import_optimizer_state(optimizer_, named_model_tensors(module_, /*buffers=*/false), *saved);
+      import_optimizer_state(*optimizers_[i].optimizer, named_model_tensors(module_, /*buffers=*/false), *saved);
     } catch (const CheckpointError& e) {
-      throw CheckpointError("checkpoint " + path + ": " + e.what());
+      const std::string which = optimizers_.size() > 1 ? "optimizer '" + optimizers_[i].name + "': " : "";
+      throw CheckpointError("checkpoint " + path + ": " + which + e.what());
     }
   }
   if (const StateDict* saved = data.section("trainer")) {

@@ -27,7 +27,7 @@ class Checkpointer {
   /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
   /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
   Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-               torch::nn::Module& module, torch::optim::Optimizer& optimizer, const PluginList& plugins,
+               torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
                std::vector<double> base_lrs, LossScaler* scaler = nullptr);
   ~Checkpointer();
 
@@ -50,6 +50,8 @@ class Checkpointer {
 
  private:
   std::string name_at(TimeUnit unit) const;
+  /// The checkpoint section of optimizer i.
+  std::string optimizer_section(std::size_t i) const;
   void write(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
              const std::vector<std::function<void(const std::string&)>>& hooks);
   CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;
@@ -64,7 +66,7 @@ class Checkpointer {
   RunLogger& logger_;
   const TrainerOptions& options_;
   torch::nn::Module& module_;
-  torch::optim::Optimizer& optimizer_;
+  const std::vector<NamedOptimizer>& optimizers_;
   const PluginList& plugins_;
   std::vector<double> base_lrs_;
   LossScaler* scaler_;

@@ -25,9 +25,14 @@ void broadcast_buffers(Communicator* comm, torch::nn::Module& module) {
 }
 
 void average_gradients(Communicator* comm, torch::nn::Module& module) {
+  average_gradients(comm, module.parameters());
+}
+
+void average_gradients(Communicator* comm, const std::vector<at::Tensor>& parameters) {
   if (!comm) return;
   std::vector<at::Tensor> grads;
-  for (const auto& p : module.parameters()) grads.push_back(p.grad());
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad());
   comm->average(grads);
 }
 

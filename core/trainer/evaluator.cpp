@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "logging/metrics_history.h"
 #include "logging/run_logger.h"
+#include "sdk/step_generator.h"
 #include "trainer/format.h"
 #include "trainer/precision.h"
 
@@ -55,12 +56,25 @@ bool Evaluator::owns(const std::string& metric) const {
   return rest.rfind(set_ + "/", 0) == 0 && rest.find('/', set_.size() + 1) == std::string::npos;
 }
 
+Outputs join_outputs(const std::vector<Outputs>& parts) {
+  Outputs joined;
+  if (parts.empty()) return joined;
+  for (const auto& [name, first] : parts.front()) {
+    if (first.dim() == 0) continue;
+    std::vector<at::Tensor> pieces;
+    for (const auto& part : parts) pieces.push_back(part[name]);
+    joined.set(name, at::cat(pieces));
+  }
+  return joined;
+}
+
 std::string default_loss_name(const DataSpec& data) { return data.classification() ? "cross_entropy" : "mse"; }
 
 std::vector<NamedMetric> Evaluator::default_metrics(const DataSpec& spec) {
   std::vector<NamedMetric> out;
-  // No targets at all (an empty evaluation set): nothing to measure.
+  // No targets at all (an empty evaluation set, a generative model's images): nothing to measure by default.
   if (spec.input_shape.empty() && spec.target_shape.empty() && !spec.classification()) return out;
+  if (!spec.has_targets()) return out;
   const std::vector<std::string> names =
       spec.classification() ? std::vector<std::string>{"accuracy"} : std::vector<std::string>{"mae", "rmse", "r2"};
   for (const auto& name : names) {
@@ -86,6 +100,8 @@ EvalResult Evaluator::pass(const std::string& label) {
   auto started = std::chrono::steady_clock::now();
   double loss_sum = 0;
   std::int64_t seen = 0;
+  // A model that evaluates with a form of its own (it samples) has outputs no training loss compares.
+  const bool with_loss = static_cast<bool>(loss_) && !model_.has_eval_forward();
   for (auto& m : metrics_) m.metric->reset();
   {
     c10::NoGradGuard no_grad;
@@ -95,21 +111,21 @@ EvalResult Evaluator::pass(const std::string& label) {
     PrefetchLoader loader(data_, sequential_plan(first, n, options_.eval_batch_size), loader_options(options_));
     for (std::int64_t begin = first; begin < n; begin += options_.eval_batch_size) {
       const std::int64_t end = std::min(n, begin + options_.eval_batch_size);
+      // Seeded by the batch's first sample: every pass and every evaluation draws the same (a sampler's noise).
+      StepGeneratorScope step_random(state_, StepStream::eval, static_cast<std::uint64_t>(begin));
       state_.batch = to_device(loader.next(), device);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
       {
         AutocastScope autocast(precision, device.type());
-        state_.outputs = model_.forward(state_.batch.inputs);
+        state_.outputs = model_.eval_forward(state_.batch);
       }
       engine_.fire(Event::eval_after_forward);
-      double batch_loss = 0;
-      {
+      if (with_loss) {
         AutocastScope autocast(precision, device.type());
-        batch_loss = loss_(state_.outputs, state_.batch.targets).item<double>();
+        loss_sum += loss_(state_.outputs, state_.batch).item<double>() * static_cast<double>(end - begin);
       }
-      loss_sum += batch_loss * static_cast<double>(end - begin);
-      for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch.targets);
+      for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch);
       seen += end - begin;
       engine_.fire(Event::eval_batch_end);
       state_.clear_step_data();
@@ -128,9 +144,11 @@ EvalResult Evaluator::pass(const std::string& label) {
   EvalResult result;
   result.label = label;
   result.samples = seen;
-  result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
   result.set = set_;
-  logger_.log_metric(key(label, "loss"), result.loss);
+  if (with_loss) {
+    result.loss = seen ? loss_sum / static_cast<double>(seen) : 0;
+    logger_.log_metric(key(label, "loss"), result.loss);
+  }
   std::size_t at = 2;
   for (const auto& m : metrics_) {
     const std::size_t count = m.metric->sums().size();
@@ -143,11 +161,12 @@ EvalResult Evaluator::pass(const std::string& label) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine_.fire(Event::eval_end);
   std::string plugin_metrics;
-  std::string own = "loss " + format_number(result.loss);
-  for (const auto& value : result.metrics) own += "  " + value.name + " " + format_number(value.value);
+  std::string own = with_loss ? "loss " + format_number(result.loss) : "";
+  for (const auto& value : result.metrics)
+    own += (own.empty() ? "" : "  ") + value.name + " " + format_number(value.value);
   for (const auto& [name, value] : logger_.end_capture()) {
     const bool evaluator_logged =
-        name == key(label, "loss") ||
+        (with_loss && name == key(label, "loss")) ||
         std::any_of(result.metrics.begin(), result.metrics.end(),
                     [&](const EvalResult::Value& v) { return name == key(label, v.name); });
     if (!evaluator_logged) plugin_metrics += "  " + name + " " + format_number(value);
@@ -180,25 +199,31 @@ PredictResult Evaluator::predict(const Dataset& data) {
   engine_.fire(Event::predict_start);
   const bool was_training = module.is_training();
   module.eval();
-  std::vector<at::Tensor> outputs, targets;
+  std::vector<Outputs> outputs;
+  std::vector<at::Tensor> targets;
   {
     c10::NoGradGuard no_grad;
     PrefetchLoader loader(data, sequential_plan(0, data.size(), options_.eval_batch_size), loader_options(options_));
-    while (!loader.done()) {
+    for (std::int64_t begin = 0; !loader.done(); begin += options_.eval_batch_size) {
+      StepGeneratorScope step_random(state_, StepStream::predict, static_cast<std::uint64_t>(begin));
       const Batch batch = loader.next();
       state_.batch = to_device(batch, device);
-      if (batch.targets.defined()) targets.push_back(batch.targets);
+      if (const at::Tensor* t = batch.find("targets")) targets.push_back(*t);
       engine_.fire(Event::predict_batch_start);
       engine_.fire(Event::predict_before_forward);
       {
         AutocastScope autocast(precision, device.type());
-        state_.outputs = model_.forward(state_.batch.inputs);
+        state_.outputs = model_.eval_forward(state_.batch);
       }
       engine_.fire(Event::predict_after_forward);
       // Reduced-precision outputs are written as float32, what readers of the file expect of scores.
-      at::Tensor out = state_.outputs.detach().to(at::kCPU);
-      if (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf) out = out.to(at::kFloat);
-      outputs.push_back(out);
+      Outputs out;
+      for (const auto& [name, t] : state_.outputs) {
+        at::Tensor cpu = t.detach().to(at::kCPU);
+        if (cpu.scalar_type() == at::kBFloat16 || cpu.scalar_type() == at::kHalf) cpu = cpu.to(at::kFloat);
+        out.set(name, cpu);
+      }
+      outputs.push_back(std::move(out));
       engine_.fire(Event::predict_batch_end);
       state_.clear_step_data();
     }
@@ -206,10 +231,11 @@ PredictResult Evaluator::predict(const Dataset& data) {
   if (was_training) module.train();
   engine_.fire(Event::predict_end);
   PredictResult result;
-  if (!outputs.empty()) result.outputs = at::cat(outputs);
+  result.outputs = join_outputs(outputs);
   if (!targets.empty() && targets.size() == outputs.size()) result.targets = at::cat(targets);
   // Class scores [N, C]: the predicted class is their argmax, as accuracy counts it.
-  if (result.outputs.defined() && result.outputs.dim() == 2) result.predictions = at::argmax(result.outputs, 1);
+  if (result.outputs.defined() && result.outputs.main().dim() == 2)
+    result.predictions = at::argmax(result.outputs.main(), 1);
   return result;
 }
 

@@ -24,6 +24,10 @@ PrefetchOptions loader_options(const TrainerOptions& options);
 /// name (whose keys that loss then reads).
 std::string default_loss_name(const DataSpec& data);
 
+/// The outputs of consecutive parts of a batch (microbatches, prediction batches) as one: every per-sample field
+/// joined along the samples. A scalar output (an auxiliary loss) belongs to its part alone and is left out.
+Outputs join_outputs(const std::vector<Outputs>& parts);
+
 class Evaluator {
  public:
   /// `set`: empty for the main evaluation set ([data]'s, metrics "<pass>/<metric>"), else an extra set's name

@@ -33,7 +33,7 @@ at::Tensor product() { return at::matmul(at::ones({2, 3}), at::ones({3, 2})); }
 // Records the dtypes the step's tensors have where plugins see them.
 struct DtypeRecorder : baton::Callback {
   std::vector<at::ScalarType> outputs, losses, weights, grads;
-  void after_forward(baton::State& s, baton::Logger&) override { outputs.push_back(s.outputs.scalar_type()); }
+  void after_forward(baton::State& s, baton::Logger&) override { outputs.push_back(s.outputs.main().scalar_type()); }
   void after_loss(baton::State& s, baton::Logger&) override { losses.push_back(s.loss.scalar_type()); }
   void after_train_batch(baton::State& s, baton::Logger&) override {
     for (const auto& p : s.model->parameters()) {

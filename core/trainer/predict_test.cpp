@@ -21,8 +21,8 @@ namespace {
 struct PredictRecorder : baton::Callback {
   std::vector<std::string> seen;
   void note(const char* name, const baton::State& s) {
-    seen.push_back(std::string(name) + " b" + std::to_string(s.batch.inputs.defined() ? s.batch.inputs.size(0) : 0) +
-                   " o" + std::to_string(s.outputs.defined() ? s.outputs.size(0) : 0));
+    seen.push_back(std::string(name) + " b" + std::to_string(s.batch.size()) +
+                   " o" + std::to_string(s.outputs.defined() ? s.outputs.main().size(0) : 0));
   }
   void predict_start(baton::State& s, baton::Logger&) override { note("start", s); }
   void predict_batch_start(baton::State& s, baton::Logger&) override { note("batch_start", s); }
@@ -35,7 +35,7 @@ struct PredictRecorder : baton::Callback {
 // Doubles the inputs before the forward pass: predict reads them back from State, as training does.
 struct DoubleInputs : baton::Algorithm {
   bool match(Event e, const baton::State&) override { return e == Event::predict_before_forward; }
-  void apply(Event, baton::State& s, baton::Logger&) override { s.batch.inputs = s.batch.inputs * 2; }
+  void apply(Event, baton::State& s, baton::Logger&) override { s.batch.inputs() = s.batch.inputs() * 2; }
 };
 
 }  // namespace
@@ -55,7 +55,7 @@ TEST_CASE("predict fires the predict events per batch, with the batch and output
   expected.push_back("end b0 o0");
   CHECK(recorder->seen == expected);
   REQUIRE(result.outputs.defined());
-  CHECK(result.outputs.size(0) == 50);
+  CHECK(result.outputs.main().size(0) == 50);
 }
 
 TEST_CASE("predict's outputs are the model's forward pass and its predictions their argmax") {
@@ -76,20 +76,20 @@ TEST_CASE("predict's outputs are the model's forward pass and its predictions th
     c10::NoGradGuard no_grad;
     direct = model.forward(eval_set.inputs);
   }
-  CHECK(at::allclose(result.outputs, direct, 1e-5, 1e-6));
-  REQUIRE(result.outputs.dim() == 2);
-  CHECK(result.outputs.size(1) == trainer->eval_set().spec().num_classes);
+  CHECK(at::allclose(result.outputs.main(), direct, 1e-5, 1e-6));
+  REQUIRE(result.outputs.main().dim() == 2);
+  CHECK(result.outputs.main().size(1) == trainer->eval_set().spec().num_classes);
   CHECK(at::equal(result.targets, eval_set.targets));
-  CHECK(at::equal(result.predictions, at::argmax(result.outputs, 1)));
+  CHECK(at::equal(result.predictions, at::argmax(result.outputs.main(), 1)));
   // Predicting again with doubled inputs changes the outputs: the inputs are read back from State.
   auto doubled = baton::test::make_trainer(baton::test::quiet_options(), "mlp");
   doubled->add_plugin("double", std::make_shared<DoubleInputs>());
   auto twice = doubled->predict();
-  CHECK_FALSE(at::allclose(twice.outputs, result.outputs));
+  CHECK_FALSE(at::allclose(twice.outputs.main(), result.outputs.main()));
   // The same trainer predicting on a dataset made of the doubled inputs gives exactly those outputs.
   baton::TensorDataset doubled_set = eval_set;
   doubled_set.inputs = doubled_set.inputs * 2;
   auto again = baton::test::make_trainer(baton::test::quiet_options(), "mlp");
   auto on_set = again->predict(doubled_set);
-  CHECK(at::allclose(on_set.outputs, twice.outputs, 1e-6, 1e-6));
+  CHECK(at::allclose(on_set.outputs.main(), twice.outputs.main(), 1e-6, 1e-6));
 }

@@ -152,12 +152,37 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
                       "expected at most the " + count_text(built.data.train->size(), "training sample") + " of " +
                           config.data.name + ", got " + std::to_string(config.data.batch_size));
   built.model = build_component(registry.models, config.model, "model", spec);
-  built.optimizer = build_component(registry.optimizers, config.optimizer, "optimizer",
-                                    built.model.ptr()->parameters());
+  const std::vector<std::string> optimizer_keys = config.optimizer.config.keys();
+  if (built.model.optimizers().empty()) {
+    built.optimizer = build_component(registry.optimizers, config.optimizer, "optimizer",
+                                      built.model.ptr()->parameters());
+  } else if (!optimizer_keys.empty()) {
+    // The model's own optimizers train it (a GAN's two): an [optimizer] table would be silently ignored.
+    throw ConfigError(config.where("optimizer." + optimizer_keys.front()), "optimizer." + optimizer_keys.front(),
+                      "model '" + config.model.name + "' brings its own optimizers, so [optimizer] would be " +
+                          "ignored: remove the [optimizer] table (the model's keys set them)");
+  }
   built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler");
-  ComponentSection loss = config.loss;
-  if (loss.name.empty()) loss.name = default_loss_name(spec);
-  built.loss = build_component(registry.losses, loss, "loss", spec);
+  const std::vector<std::string> loss_keys = config.loss.config.keys();
+  if (built.model.loss() && !built.model.loss_replaceable()) {
+    // The model computes its own loss (the trainer takes it): a [loss] table would be silently ignored.
+    if (!loss_keys.empty())
+      throw ConfigError(config.where("loss." + loss_keys.front()), "loss." + loss_keys.front(),
+                        "model '" + config.model.name + "' computes its own loss, so [loss] would be ignored: " +
+                            "remove the [loss] table");
+  } else if (built.model.training_step() && loss_keys.empty() && !spec.has_targets()) {
+    // A model that trains by its own step and data without targets: no loss to build (metrics evaluate it).
+  } else if (!(built.model.loss() && loss_keys.empty())) {
+    ComponentSection loss = config.loss;
+    if (loss.name.empty()) {
+      if (!spec.has_targets())
+        throw ConfigError(config.where("data.name"), "data.name",
+                          "dataset '" + config.data.name + "' has no targets (its fields: " + spec.field_names() +
+                              "), so there is no default loss: name one in [loss] or use a model with its own");
+      loss.name = default_loss_name(spec);
+    }
+    built.loss = build_component(registry.losses, loss, "loss", spec);
+  }
   // Metrics measure the evaluation data (its spec; the training data's when there is none).
   const DataSpec eval_spec = built.data.eval->size() > 0 ? built.data.eval->spec() : spec;
   built.metrics = build_metrics(config.data.metrics, "data.metrics", eval_spec);

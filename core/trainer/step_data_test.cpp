@@ -49,13 +49,13 @@ struct SmoothTargets : baton::Algorithm {
   }
   void apply(Event e, baton::State& s, baton::Logger&) override {
     if (e == Event::before_loss) {
-      hard = labels_of(s.batch.targets);
-      const std::int64_t classes = s.outputs.size(1);
-      s.batch.targets = at::one_hot(s.batch.targets, classes).to(at::kFloat) * (1 - alpha) + alpha / classes;
+      hard = labels_of(s.batch.targets());
+      const std::int64_t classes = s.outputs.main().size(1);
+      s.batch.targets() = at::one_hot(s.batch.targets(), classes).to(at::kFloat) * (1 - alpha) + alpha / classes;
       return;
     }
-    outputs = rows_of(s.outputs);
-    targets = rows_of(s.batch.targets);
+    outputs = rows_of(s.outputs.main());
+    targets = rows_of(s.batch.targets());
     loss = s.loss.item<double>();
   }
 };
@@ -90,9 +90,9 @@ struct ZeroInputs : baton::Algorithm {
   }
   void apply(Event e, baton::State& s, baton::Logger&) override {
     if (e == when)
-      s.batch.inputs = at::zeros_like(s.batch.inputs);
+      s.batch.inputs() = at::zeros_like(s.batch.inputs());
     else
-      outputs = rows_of(s.outputs);
+      outputs = rows_of(s.outputs.main());
   }
 };
 
@@ -102,8 +102,8 @@ struct OwnAccuracy : baton::Callback {
   std::vector<double> accuracies;
   void eval_start(baton::State&, baton::Logger&) override { correct = seen = 0; }
   void eval_batch_end(baton::State& s, baton::Logger&) override {
-    const auto outputs = rows_of(s.outputs);
-    const auto targets = labels_of(s.batch.targets);
+    const auto outputs = rows_of(s.outputs.main());
+    const auto targets = labels_of(s.batch.targets());
     for (std::size_t i = 0; i < outputs.size(); ++i)
       correct += static_cast<std::int64_t>(argmax_of(outputs[i])) == targets[i];
     seen += static_cast<std::int64_t>(outputs.size());
@@ -120,7 +120,7 @@ struct Presence : baton::Algorithm {
   bool match(Event, const baton::State&) override { return true; }
   void apply(Event e, baton::State& s, baton::Logger&) override {
     std::string mark;
-    mark += s.batch.inputs.defined() && s.batch.targets.defined() ? 'b' : '-';
+    mark += s.batch.has("inputs") && s.batch.has("targets") ? 'b' : '-';
     mark += s.outputs.defined() ? 'o' : '-';
     mark += s.loss.defined() ? 'l' : '-';
     auto [it, fresh] = seen.emplace(baton::event_name(e), mark);
@@ -274,7 +274,7 @@ TEST_SUITE("step_data") {
         if (e == Event::after_loss)
           losses.push_back(s.loss.item<double>());
         else if (e == Event::after_dataloader || e == Event::eval_batch_start)
-          s.batch.targets = at::one_hot(s.batch.targets, 10).to(at::kFloat);
+          s.batch.targets() = at::one_hot(s.batch.targets(), 10).to(at::kFloat);
       }
     };
     struct Losses : baton::Algorithm {
@@ -312,7 +312,7 @@ struct MicrobatchWatch : baton::Algorithm {
   bool match(Event e, const baton::State&) override { return e == Event::before_forward || e == Event::batch_end; }
   void apply(Event e, baton::State& s, baton::Logger&) override {
     if (e == Event::before_forward)
-      sizes.push_back(s.batch.inputs.size(0));
+      sizes.push_back(s.batch.inputs().size(0));
     else
       losses.push_back(s.loss.item<double>());
   }

@@ -15,6 +15,7 @@
 #include <limits>
 #include <optional>
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
@@ -27,6 +28,7 @@
 #include "engine/engine.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
+#include "sdk/step_generator.h"
 #include "trainer/checkpointer.h"
 #include "trainer/data_parallel.h"
 #include "trainer/evaluator.h"
@@ -55,18 +57,56 @@ TrainerOptions with_process_group(TrainerOptions options) {
   return options;
 }
 
-std::vector<double> initial_lrs(torch::optim::Optimizer& optimizer) {
+// Every param group's lr, optimizer after optimizer: what the schedule multiplies.
+std::vector<double> initial_lrs(const std::vector<NamedOptimizer>& optimizers) {
   std::vector<double> lrs;
-  for (auto& group : optimizer.param_groups()) lrs.push_back(group.options().get_lr());
+  for (const auto& o : optimizers)
+    for (auto& group : o.optimizer->param_groups()) lrs.push_back(group.options().get_lr());
   return lrs;
+}
+
+std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
+  std::string names;
+  for (const auto& o : optimizers) names += (names.empty() ? "" : ", ") + o.name;
+  return names;
+}
+
+// The run's optimizers: the model's own, or the one given (named "optimizer"); never both.
+std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  if (!model.optimizers().empty()) {
+    if (optimizer)
+      throw Error("the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
+                  "), so the trainer's optimizer would be ignored: pass none");
+    return model.optimizers();
+  }
+  if (!optimizer) throw Error("the trainer needs an optimizer");
+  return {NamedOptimizer{"optimizer", std::move(optimizer)}};
 }
 
 // Classes: cross entropy; values: mean squared error (the registered losses, so a plugin cannot shadow them).
 LossFunction default_loss_for(const DataSpec& spec) {
+  if (!spec.has_targets())
+    throw Error("the training data has no targets (its fields: " + spec.field_names() +
+                "), so there is no default loss: give the model its own (Model::with_loss) or set one");
   const std::string name = default_loss_name(spec);
   const auto* entry = components().losses.find(name);
   if (entry == nullptr) throw Error("the built-in loss '" + name + "' is not registered");
   return entry->factory(PluginConfig(), spec);
+}
+
+// The run's loss: the one given, else the model's own (Composer's ComposerModel.loss), else the data's default. A
+// model with its own loss refuses another unless it says it may be replaced.
+LossFunction run_loss(const TrainerOptions& options, const Model& model, const DataSpec& spec) {
+  if (model.loss()) {
+    if (options.loss && !model.loss_replaceable())
+      throw Error("the model computes its own loss, so the run's loss (TrainerOptions::loss, the config's [loss]) "
+                  "would be ignored: leave it out");
+    return options.loss ? options.loss : model.loss();
+  }
+  if (options.loss) return options.loss;
+  // A model that trains by its own step computes its own losses: without targets it has no evaluation loss either.
+  if (model.training_step() && !spec.has_targets()) return {};
+  return default_loss_for(spec);
 }
 
 Precision checked_precision(const TrainerOptions& options) {
@@ -97,24 +137,31 @@ struct Trainer::Impl {
       : options(std::move(options_in)),
         model(std::move(model_in)),
         module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
-        optimizer(optimizer_in ? std::move(optimizer_in) : throw Error("the trainer needs an optimizer")),
+        optimizers(run_optimizers(model, std::move(optimizer_in))),
+        optimizer(optimizers.front().optimizer),
         train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
         eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
-        sampler(SamplerOptions{train->size(), options.batch_size, /*shuffle=*/true, /*drop_last=*/false,
+        sampler(SamplerOptions{train->size(), options.batch_size, options.shuffle, /*drop_last=*/false,
                                options.seed, options.rank, options.world_size}),
         logger(state, logger_options()),
         engine(state, logger),
-        base_lrs(initial_lrs(*optimizer)),
+        base_lrs(initial_lrs(optimizers)),
         precision(checked_precision(options)),
         device_type(at::Device(options.device).type()),
         scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
-        checkpoints(state, engine, logger, options, *module, *optimizer, plugins, base_lrs, scaler.get()),
-        loss(options.loss ? options.loss : default_loss_for(train->spec())),
+        checkpoints(state, engine, logger, options, *module, optimizers, plugins, base_lrs, scaler.get()),
+        loss(run_loss(options, model, train->spec())),
         evaluator(state, engine, logger, options, model, *eval, loss, options.metrics, "", history),
         schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
         model_export(run_failed),
         plots(history, evaluator.metrics()) {
     check_loader(options);
+    if (options.threads < 0) throw Error("trainer: threads must be >= 0, got " + std::to_string(options.threads));
+    if (options.threads > 0) at::set_num_threads(options.threads);
+    if (model.training_step() && precision != Precision::fp32)
+      throw Error("trainer: a model with its own training step trains in fp32 for now (precision \"" +
+                  options.precision + "\")");
+    for (const auto& o : optimizers) state.optimizers.emplace_back(o.name, o.optimizer.get());
     state.device = options.device;
     state.eval_weights = options.eval_weights;
     state.rank = options.rank;
@@ -205,9 +252,10 @@ struct Trainer::Impl {
   void apply_lr_schedule() {
     if (!options.lr_schedule) return;
     const double factor = options.lr_schedule(state.progress);
-    auto& groups = optimizer->param_groups();
-    for (std::size_t i = 0; i < groups.size() && i < base_lrs.size(); ++i)
-      groups[i].options().set_lr(base_lrs[i] * factor);
+    std::size_t i = 0;
+    for (const auto& o : optimizers)
+      for (auto& group : o.optimizer->param_groups())
+        if (i < base_lrs.size()) group.options().set_lr(base_lrs[i++] * factor);
   }
 
   // Forward, loss and backward of one step on State's data, firing before_forward … before_backward. Each value is
@@ -218,13 +266,13 @@ struct Trainer::Impl {
     fire(Event::before_forward);
     {
       AutocastScope autocast(precision, device_type);
-      state.outputs = model.forward(state.batch.inputs);
+      state.outputs = model.forward(state.batch);
     }
     fire(Event::after_forward);
     fire(Event::before_loss);
     {
       AutocastScope autocast(precision, device_type);
-      state.loss = loss(state.outputs, state.batch.targets);
+      state.loss = loss(state.outputs, state.batch);
     }
     fire(Event::after_loss);
     fire(Event::before_backward);
@@ -237,7 +285,7 @@ struct Trainer::Impl {
   // the accumulated gradients are those of the whole batch's mean loss. After the last one State holds the whole
   // batch again, the outputs of all microbatches and the weighted sum of their losses.
   at::Tensor forward_backward() {
-    const std::int64_t n = state.batch.inputs.size(0);
+    const std::int64_t n = state.batch.size();
     const std::int64_t step = options.microbatch_size;
     if (step <= 0 || step >= n) {
       const at::Tensor loss = step_once();
@@ -246,21 +294,84 @@ struct Trainer::Impl {
       return loss.detach();
     }
     const Batch whole = state.batch;
-    std::vector<at::Tensor> outputs;
+    std::vector<Outputs> outputs;
     at::Tensor total;
     for (std::int64_t begin = 0; begin < n; begin += step) {
       const std::int64_t end = std::min(n, begin + step);
-      state.batch = Batch{whole.inputs.slice(0, begin, end), whole.targets.slice(0, begin, end)};
+      state.batch = whole.slice(begin, end);
       const at::Tensor weighted = step_once() * (static_cast<double>(end - begin) / static_cast<double>(n));
       backward(weighted);
       fire(Event::after_backward);
-      outputs.push_back(state.outputs.detach());
+      // Detached at once: a microbatch's graph is freed after its backward, which is what microbatching is for.
+      Outputs detached;
+      for (const auto& [name, t] : state.outputs) detached.set(name, t.detach());
+      outputs.push_back(std::move(detached));
       total = total.defined() ? total + weighted.detach() : weighted.detach();
     }
     state.batch = whole;
-    state.outputs = at::cat(outputs);
+    state.outputs = join_outputs(outputs);
     state.loss = total;
     return total;
+  }
+
+  // What a model's own training step works with: the run's optimizers, backward, microbatches, ranks.
+  struct OwnStep final : StepContext {
+    explicit OwnStep(Impl& trainer) : t(trainer) {}
+    torch::optim::Optimizer& optimizer(const std::string& name) override {
+      for (const auto& o : t.optimizers)
+        if (o.name == name) return *o.optimizer;
+      throw Error("the model has no optimizer '" + name + "' (its optimizers: " + optimizer_names(t.optimizers) + ")");
+    }
+    void backward(const at::Tensor& loss) override { t.backward(loss); }
+    at::Tensor backward_in_microbatches(const Batch& batch,
+                                        const std::function<at::Tensor(const Batch&)>& loss_of) override {
+      const std::int64_t n = batch.size();
+      const std::int64_t size = t.options.microbatch_size;
+      if (size <= 0 || size >= n) {
+        const at::Tensor loss = loss_of(batch);
+        t.backward(loss);
+        return loss.detach();
+      }
+      at::Tensor total;
+      for (std::int64_t begin = 0; begin < n; begin += size) {
+        const std::int64_t end = std::min(n, begin + size);
+        const at::Tensor weighted =
+            loss_of(batch.slice(begin, end)) * (static_cast<double>(end - begin) / static_cast<double>(n));
+        t.backward(weighted);
+        total = total.defined() ? total + weighted.detach() : weighted.detach();
+      }
+      return total;
+    }
+    void step(const std::string& name) override {
+      torch::optim::Optimizer& chosen = optimizer(name);
+      std::vector<at::Tensor> parameters;
+      for (const auto& group : chosen.param_groups())
+        parameters.insert(parameters.end(), group.params().begin(), group.params().end());
+      average_gradients(t.comm(), parameters);
+      chosen.step();
+      chosen.zero_grad();
+    }
+    void zero_grad(const std::string& name) override { optimizer(name).zero_grad(); }
+    void set_outputs(Outputs outputs) override { t.state.outputs = std::move(outputs); }
+    Impl& t;
+  };
+
+  // A model's own training step (Lightning's manual optimisation): the model backpropagates and steps its
+  // optimizers itself; the events around the forward, loss and backward fire before and after it, with its loss.
+  at::Tensor own_training_step() {
+    fire(Event::before_forward);
+    OwnStep step(*this);
+    const at::Tensor loss = model.training_step()(state.batch, step);
+    if (!loss.defined() || loss.numel() != 1)
+      throw Error("the model's training step must return its loss as one value, got " +
+                  (loss.defined() ? std::to_string(loss.numel()) + " values" : std::string("none")));
+    state.loss = loss.detach().reshape({});
+    fire(Event::after_forward);
+    fire(Event::before_loss);
+    fire(Event::after_loss);
+    fire(Event::before_backward);
+    fire(Event::after_backward);
+    return state.loss;
   }
 
   // amp_fp16 backpropagates the scaled loss; the gradients are unscaled before anything reads them.
@@ -303,6 +414,8 @@ struct Trainer::Impl {
   // after_train_batch, as in Composer, so gradient clipping sees the averaged gradients). Returns the loss.
   at::Tensor train_batch(at::Device device) {
     auto& now = state.progress.now;
+    // Everything the step draws (plugins from after_dataloader, the model's forward) comes from the step's seed.
+    StepGeneratorScope step_random(state, StepStream::train, static_cast<std::uint64_t>(now.batch));
     fire(Event::before_dataloader);
     std::int64_t drawn = 0;  // time counts the samples drawn, whatever a plugin makes of the batch on State
     {
@@ -314,15 +427,22 @@ struct Trainer::Impl {
     fire(Event::batch_start);
     apply_lr_schedule();
     fire(Event::before_train_batch);
-    optimizer->zero_grad();
+    for (const auto& o : optimizers) o.optimizer->zero_grad();
     broadcast_buffers(comm(), *module);
-    const at::Tensor loss = forward_backward();
-    average_gradients(comm(), *module);
-    // Averaging spreads an inf or NaN of any rank to all, so every rank skips the same steps.
-    const bool overflow = scaler && scaler->unscale(module->parameters());
-    fire(Event::after_train_batch);
-    if (!overflow) optimizer->step();
-    if (scaler) scaler->update(overflow);
+    at::Tensor loss;
+    if (model.training_step()) {
+      loss = own_training_step();
+      fire(Event::after_train_batch);
+    } else {
+      loss = forward_backward();
+      average_gradients(comm(), *module);
+      // Averaging spreads an inf or NaN of any rank to all, so every rank skips the same steps.
+      const bool overflow = scaler && scaler->unscale(module->parameters());
+      fire(Event::after_train_batch);
+      if (!overflow)
+        for (const auto& o : optimizers) o.optimizer->step();
+      if (scaler) scaler->update(overflow);
+    }
     now.batch += 1;
     now.batch_in_epoch += 1;
     now.sample += drawn * options.world_size;
@@ -537,7 +657,8 @@ struct Trainer::Impl {
   TrainerOptions options;
   Model model;
   std::shared_ptr<torch::nn::Module> module;
-  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<NamedOptimizer> optimizers;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;  // the first of them
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> eval;
   BatchSampler sampler;

@@ -11,7 +11,6 @@
 #include <sstream>
 #include <string>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randn.h>
 
 #include "baton/plugin.h"
@@ -39,14 +38,12 @@ class InputNoise final : public baton::Algorithm {
   }
 
   void apply(baton::Event, baton::State& state, baton::Logger& logger) override {
-    const at::Tensor& inputs = state.batch.inputs;
-    // A fresh generator per batch; odd multiplier so neighbouring (seed, batch) pairs do not collide.
-    at::Generator generator = at::detail::createCPUGenerator(
-        state.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(state.timestamp().batch) * 1000003ULL +
-        static_cast<std::uint64_t>(state.rank));
-    const at::Tensor noise =
-        at::randn(inputs.sizes(), generator, at::TensorOptions().dtype(inputs.scalar_type())).mul_(std_).to(inputs.device());
-    state.batch.inputs = inputs.add(noise);
+    at::Tensor& inputs = state.batch.inputs();
+    // The step's generator (seeded by the run's seed, the batch count and the rank): a resumed run draws the same.
+    const at::Tensor noise = at::randn(inputs.sizes(), state.generator, at::TensorOptions().dtype(inputs.scalar_type()))
+                                 .mul_(std_)
+                                 .to(inputs.device());
+    inputs = inputs.add(noise);
     logger.log_metric("input_noise/rms", noise.pow(2).mean().sqrt().item<double>());
   }
 

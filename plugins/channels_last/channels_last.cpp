@@ -10,6 +10,9 @@
 // The model is converted at fit_start, eval_start and predict_start (whichever comes first; a resume has already
 // restored the weights then); a batch at after_dataloader (training: before it is split into microbatches),
 // eval_before_forward and predict_before_forward.
+#include <string>
+#include <vector>
+
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/MemoryFormat.h>
@@ -40,7 +43,7 @@ at::Tensor channels_last_copy(const at::Tensor& t) {
 
 class ChannelsLast final : public baton::Algorithm {
  public:
-  explicit ChannelsLast(const baton::PluginConfig&) {}
+  explicit ChannelsLast(const baton::PluginConfig& config) : fields_(read_fields(config)) {}
 
   bool match(Event event, const baton::State&) override {
     switch (event) {
@@ -59,10 +62,30 @@ class ChannelsLast final : public baton::Algorithm {
       convert_model(state, logger);
       return;
     }
-    if (needs_conversion(state.batch.inputs)) state.batch.inputs = channels_last_copy(state.batch.inputs);
+    // Every field it was told about that is a 4-D floating tensor; other fields (labels, a timestep) stay as they are.
+    for (const auto& field : fields_) {
+      at::Tensor& t = state.batch[field];
+      if (at::isFloatingType(t.scalar_type()) && needs_conversion(t)) t = channels_last_copy(t);
+    }
   }
 
  private:
+  // input_key: one field name or a list of them (default "inputs").
+  static std::vector<std::string> read_fields(const baton::PluginConfig& config) {
+    if (!config.has("input_key")) return {"inputs"};
+    try {
+      return {config.get<std::string>("input_key")};
+    } catch (const baton::ConfigError&) {
+    }
+    try {
+      auto fields = config.get<std::vector<std::string>>("input_key");
+      if (!fields.empty()) return fields;
+    } catch (const baton::ConfigError&) {
+    }
+    config.fail("input_key", "expected a batch field's name or a non-empty list of them");
+  }
+
+  std::vector<std::string> fields_;
   void convert_model(baton::State& state, baton::Logger& logger) {
     if (state.model == nullptr) return;
     c10::NoGradGuard no_grad;

@@ -36,7 +36,7 @@ struct FormatProbe : baton::Callback {
   }
   void check(const baton::State& s, int& count) {
     ++count;
-    if (!nhwc(s.batch.inputs)) ++bad;
+    if (!nhwc(s.batch.inputs())) ++bad;
     check_model(s);
   }
   void before_forward(baton::State& s, baton::Logger&) override { check(s, train_batches); }

@@ -98,8 +98,8 @@ struct DrawnBatchProbe : baton::Algorithm {
   bool match(Event e, const baton::State&) override { return e == Event::after_dataloader; }
   void apply(Event, baton::State& s, baton::Logger&) override {
     auto& r = (*records)[s.timestamp().batch];
-    r.drawn_inputs = s.batch.inputs.clone();
-    r.drawn_targets = s.batch.targets.clone();
+    r.drawn_inputs = s.batch.inputs().clone();
+    r.drawn_targets = s.batch.targets().clone();
   }
 };
 
@@ -109,18 +109,18 @@ struct StepProbe : baton::Callback {
   explicit StepProbe(std::shared_ptr<Records> r) : records(std::move(r)) {}
   void after_dataloader(baton::State& s, baton::Logger&) override {
     auto& r = (*records)[s.timestamp().batch];
-    r.inputs = s.batch.inputs.clone();
+    r.inputs = s.batch.inputs().clone();
     r.metrics = s.metrics;
   }
   void before_loss(baton::State& s, baton::Logger&) override {
     auto& r = (*records)[s.timestamp().batch];
-    r.loss_targets.push_back(s.batch.targets.clone());
-    r.outputs.push_back(s.outputs.detach().clone());
+    r.loss_targets.push_back(s.batch.targets().clone());
+    r.outputs.push_back(s.outputs.main().detach().clone());
   }
   void after_loss(baton::State& s, baton::Logger&) override {
     auto& r = (*records)[s.timestamp().batch];
     r.losses.push_back(s.loss.detach().clone());
-    r.targets_after_loss.push_back(s.batch.targets.clone());
+    r.targets_after_loss.push_back(s.batch.targets().clone());
   }
 };
 

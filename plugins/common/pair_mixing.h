@@ -20,6 +20,7 @@
 #include "baton/error.h"
 #include "baton/plugin.h"
 #include "baton/state.h"
+#include "batch_keys.h"
 #include "number_text.h"
 
 namespace baton_algorithms {
@@ -41,7 +42,8 @@ inline at::Tensor index_tensor(const std::vector<std::int64_t>& indices, const a
 
 class PairMixing {
  public:
-  PairMixing(std::string plugin, bool interpolate_loss) : plugin_(std::move(plugin)), interpolate_(interpolate_loss) {}
+  PairMixing(std::string plugin, bool interpolate_loss, BatchKeys keys)
+      : plugin_(std::move(plugin)), interpolate_(interpolate_loss), keys_(std::move(keys)) {}
 
   /// At after_dataloader, once the inputs are mixed: `own` is the weight of each sample's own target, 1 - own
   /// that of the sample it was mixed with (targets[permutation]).
@@ -56,7 +58,9 @@ class PairMixing {
   /// At before_loss: the rows of this (micro)batch; with target mixing, its targets become
   /// own * p(target) + (1 - own) * p(permuted target).
   void before_loss(baton::State& state) {
-    const std::int64_t n = state.batch.targets.size(0);
+    at::Tensor& targets = keys_.target_of(state);
+    const at::Tensor& outputs = state.outputs.main();
+    const std::int64_t n = targets.size(0);
     if (!permuted_.defined() || next_row_ + n > permuted_.size(0))
       throw baton::Error(plugin_ + ": before_loss got " + std::to_string(n) + " rows after " +
                          std::to_string(next_row_) + " of a batch of " +
@@ -66,22 +70,22 @@ class PairMixing {
     next_row_ += n;
     if (interpolate_) return;
     // Tensor methods, not operators: <ATen/TensorOperators.h> would pull in every ATen op.
-    state.batch.targets = as_probabilities(state.batch.targets, state.outputs)
-                              .mul(own_)
-                              .add(as_probabilities(rows_, state.outputs).mul(1.0 - own_));
+    targets = as_probabilities(targets, outputs).mul(own_).add(as_probabilities(rows_, outputs).mul(1.0 - own_));
   }
 
   /// At after_loss, with loss interpolation: loss = own * loss + (1 - own) * cross_entropy(outputs, permuted).
   /// Equal to the loss against mixed targets for cross entropy, the default loss (linear in the targets).
   void after_loss(baton::State& state) {
     if (!interpolate_) return;
-    const at::Tensor other = rows_.dim() == state.outputs.dim() ? rows_.to(state.outputs.scalar_type()) : rows_;
-    state.loss = state.loss.mul(own_).add(at::cross_entropy_loss(state.outputs, other).mul(1.0 - own_));
+    const at::Tensor& outputs = state.outputs.main();
+    const at::Tensor other = rows_.dim() == outputs.dim() ? rows_.to(outputs.scalar_type()) : rows_;
+    state.loss = state.loss.mul(own_).add(at::cross_entropy_loss(outputs, other).mul(1.0 - own_));
   }
 
  private:
   std::string plugin_;
   bool interpolate_;
+  BatchKeys keys_;
   at::Tensor permuted_;  // the whole batch's targets, permuted
   at::Tensor rows_;      // those of the current (micro)batch
   double own_ = 1.0;
@@ -94,7 +98,9 @@ class PairMixing {
 class PairMixingAlgorithm : public baton::Algorithm {
  public:
   PairMixingAlgorithm(const std::string& plugin, const baton::PluginConfig& config, double default_alpha)
-      : alpha_(read_alpha(config, default_alpha)), mixing_(plugin, config.get_or<bool>("interpolate_loss", false)) {}
+      : alpha_(read_alpha(config, default_alpha)),
+        keys_(BatchKeys::from(config)),
+        mixing_(plugin, config.get_or<bool>("interpolate_loss", false), keys_) {}
 
   bool match(baton::Event event, const baton::State&) override {
     return event == baton::Event::after_dataloader || event == baton::Event::before_loss ||
@@ -111,10 +117,11 @@ class PairMixingAlgorithm : public baton::Algorithm {
   }
 
  protected:
-  /// Mixes state.batch.inputs with a permutation of the batch and starts mixing_ with it.
+  /// Mixes the input field with a permutation of the batch and starts mixing_ with it.
   virtual void mix_inputs(baton::State& state, baton::Logger& logger) = 0;
 
   const double alpha_;
+  const BatchKeys keys_;
   PairMixing mixing_;
 
  private:

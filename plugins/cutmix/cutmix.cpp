@@ -60,10 +60,7 @@ class CutMix final : public baton_algorithms::PairMixingAlgorithm {
 
  private:
   void mix_inputs(baton::State& state, baton::Logger& logger) override {
-    const at::Tensor& inputs = state.batch.inputs;
-    if (inputs.dim() != 4)
-      throw baton::Error("cutmix: expects image inputs [N, C, H, W], got " + std::to_string(inputs.dim()) +
-                         " dimensions");
+    at::Tensor& inputs = keys_.images_of(state, "cutmix");
     baton_algorithms::BatchRandom random(state, "cutmix");
     const at::Tensor perm = baton_algorithms::index_tensor(random.permutation(inputs.size(0)), inputs.device());
     const double nominal = alpha_ > 0 ? random.beta(alpha_, alpha_) : 0.0;
@@ -76,9 +73,9 @@ class CutMix final : public baton_algorithms::PairMixingAlgorithm {
       };
       region(mixed).copy_(region(inputs.index_select(0, perm)));
     }
-    state.batch.inputs = mixed;
+    inputs = mixed;
     const double lambda = 1.0 - static_cast<double>(box.area()) / static_cast<double>(height * width);
-    mixing_.start(state.batch.targets, perm, lambda);
+    mixing_.start(keys_.target_of(state), perm, lambda);
     logger.log_metric("cutmix/lambda", lambda);
   }
 

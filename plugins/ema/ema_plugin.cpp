@@ -159,9 +159,21 @@ class EmaAlgorithm final : public Algorithm {
   void close() override { restore_raw(); }
 
  private:
+  // The sub-module at a dotted path ("generator", "nets.g"): the EMA follows, evaluates and exports it alone (a
+  // GAN's G_ema), the rest of the model keeping its raw weights throughout.
+  static torch::nn::Module* sub_module(torch::nn::Module& root, const std::string& path) {
+    std::string names;
+    for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+      if (item.key() == path) return item.value().get();
+      if (item.key().find('.') == std::string::npos) names += (names.empty() ? "" : ", ") + item.key();
+    }
+    throw Error("module = \"" + path + "\": the model has no such sub-module (its sub-modules: " +
+                (names.empty() ? std::string("none") : names) + ")");
+  }
+
   void on_init(State& state) {
     if (state.model == nullptr) throw Error("the ema plugin needs a model");
-    model_ = state.model;
+    model_ = settings_.module.empty() ? state.model : sub_module(*state.model, settings_.module);
     if (!state.eval_weights.empty() && state.eval_weights != "ema" && state.eval_weights != "raw")
       throw Error("unknown weights '" + state.eval_weights + "' to evaluate: expected \"ema\" or \"raw\"");
     // Taking the request (State::eval_weights) tells the trainer that a plugin honours it.

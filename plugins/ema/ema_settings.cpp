@@ -94,6 +94,7 @@ void parse_warmup(const PluginConfig& config, EmaSettings& s) {
 void parse_storage(const PluginConfig& config, EmaSettings& s) {
   s.ema.buffers = choice(config, "buffers", {"average", "copy"}, "average") == "copy" ? EmaBuffers::copy
                                                                                       : EmaBuffers::average;
+  s.module = config.get_or<std::string>("module", "");
   s.ema.exclude = config.get_or<std::vector<std::string>>("exclude", {});
   for (const auto& pattern : s.ema.exclude)
     if (pattern.empty()) config.fail("exclude", "an empty pattern matches nothing");

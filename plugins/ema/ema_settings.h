@@ -41,6 +41,7 @@ struct EmaSettings {
   double power = 2.0 / 3.0;
   double min_smoothing = 0.0;
   EmaOptions ema;                  // buffers, exclude, float32, device ("" or "cpu"); smoothing set below
+  std::string module;              // a named sub-module to average alone ("generator"); empty: the whole model
   EvalMode eval = EvalMode::ema;
   std::optional<bool> sharded;     // unset: sharded when the run has more than one rank
   SelectSettings select;

@@ -29,7 +29,8 @@ double read_smoothing(const baton::PluginConfig& config) {
 
 class LabelSmoothing final : public baton::Algorithm {
  public:
-  explicit LabelSmoothing(const baton::PluginConfig& config) : smoothing_(read_smoothing(config)) {}
+  explicit LabelSmoothing(const baton::PluginConfig& config)
+      : smoothing_(read_smoothing(config)), keys_(baton_algorithms::BatchKeys::from(config)) {}
 
   bool match(Event event, const baton::State&) override {
     return event == Event::before_loss || event == Event::after_loss;
@@ -37,19 +38,21 @@ class LabelSmoothing final : public baton::Algorithm {
 
   void apply(Event event, baton::State& state, baton::Logger&) override {
     if (event == Event::before_loss) {
-      original_ = state.batch.targets;
-      const double classes = static_cast<double>(state.outputs.size(1));
+      at::Tensor& targets = keys_.target_of(state);
+      const at::Tensor& outputs = state.outputs.main();
+      original_ = targets;
+      const double classes = static_cast<double>(outputs.size(1));
       // Targets that are already probabilities (after MixUp) are smoothed the same way.
-      state.batch.targets =
-          baton_algorithms::as_probabilities(original_, state.outputs).mul(1.0 - smoothing_).add(smoothing_ / classes);
+      targets = baton_algorithms::as_probabilities(original_, outputs).mul(1.0 - smoothing_).add(smoothing_ / classes);
     } else if (original_.defined()) {
-      state.batch.targets = original_;
+      keys_.target_of(state) = original_;
       original_ = at::Tensor();
     }
   }
 
  private:
   double smoothing_;
+  baton_algorithms::BatchKeys keys_;
   at::Tensor original_;  // the targets the loss was not computed from, between before_loss and after_loss
 };
 

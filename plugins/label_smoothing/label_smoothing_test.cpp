@@ -45,21 +45,21 @@ TEST_SUITE("label_smoothing_plugin") {
     RecordingLogger logger;
     baton::State state;
     state.outputs = at::tensor({2.0, 0.0, 0.0, 0.0, 1.0, 0.0}).reshape({2, 3});
-    state.batch = baton::Batch{at::tensor({1.0, 2.0}).reshape({2, 1}), at::tensor(std::vector<std::int64_t>{0, 2})};
+    state.batch = baton::Batch::of(at::tensor({1.0, 2.0}).reshape({2, 1}), at::tensor(std::vector<std::int64_t>{0, 2}));
     algorithm.apply(Event::before_loss, state, logger);
     // 0.7 * onehot + 0.1, written out.
-    CHECK(max_abs_difference(values_of(state.batch.targets), {0.8, 0.1, 0.1, 0.1, 0.1, 0.8}) < 1e-7);
+    CHECK(max_abs_difference(values_of(state.batch.targets()), {0.8, 0.1, 0.1, 0.1, 0.1, 0.8}) < 1e-7);
     // Row 0: -(0.8 log p0 + 0.1 log p1 + 0.1 log p2), p = softmax(2, 0, 0) = (e^2, 1, 1) / (e^2 + 2).
     // Row 1: -(0.1 log q0 + 0.1 log q1 + 0.8 log q2), q = (1, e, 1) / (e + 2).
     const double z0 = std::exp(2.0) + 2, z1 = std::exp(1.0) + 2;
     const double row0 = -(0.8 * (2 - std::log(z0)) + 0.2 * (-std::log(z0)));
     const double row1 = -(0.1 * (1 - std::log(z1)) + 0.9 * (-std::log(z1)));
     const double expected = (row0 + row1) / 2;
-    CHECK(std::abs(hand_cross_entropy(rows_of(state.outputs), rows_of(state.batch.targets)) - expected) < 1e-6);
+    CHECK(std::abs(hand_cross_entropy(rows_of(state.outputs.main()), rows_of(state.batch.targets())) - expected) < 1e-6);
     state.loss = at::tensor(1.0);
     algorithm.apply(Event::after_loss, state, logger);
-    CHECK((state.batch.targets.scalar_type() == at::kLong));
-    CHECK(labels_of(state.batch.targets) == std::vector<std::int64_t>{0, 2});
+    CHECK((state.batch.targets().scalar_type() == at::kLong));
+    CHECK(labels_of(state.batch.targets()) == std::vector<std::int64_t>{0, 2});
   }
 
   TEST_CASE("in a run the loss is the smoothed cross entropy; other events see the class targets") {

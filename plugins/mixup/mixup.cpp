@@ -40,10 +40,10 @@ class MixUp final : public baton_algorithms::PairMixingAlgorithm {
       const double z = random.beta(alpha_, alpha_);
       mixing = std::min(z, 1.0 - z);
     }
-    const at::Tensor& inputs = state.batch.inputs;
+    at::Tensor& inputs = keys_.input_of(state);
     const at::Tensor perm = baton_algorithms::index_tensor(random.permutation(inputs.size(0)), inputs.device());
-    state.batch.inputs = inputs.mul(1.0 - mixing).add(inputs.index_select(0, perm).mul(mixing));
-    mixing_.start(state.batch.targets, perm, 1.0 - mixing);
+    inputs = inputs.mul(1.0 - mixing).add(inputs.index_select(0, perm).mul(mixing));
+    mixing_.start(keys_.target_of(state), perm, 1.0 - mixing);
     logger.log_metric("mixup/mixing", mixing);
   }
 

@@ -158,7 +158,7 @@ TEST_SUITE("mixup_plugin") {
     int below_eighth = 0;
     for (int b = 0; b < draws; ++b) {
       state.progress.now.batch = b;
-      state.batch = baton::Batch{at::randn({4, 3}), at::arange(4)};
+      state.batch = baton::Batch::of(at::randn({4, 3}), at::arange(4));
       algorithm.apply(Event::after_dataloader, state, logger);
       const double m = logger.last("mixup/mixing");
       sum += m;
@@ -171,10 +171,10 @@ TEST_SUITE("mixup_plugin") {
     auto off = load("alpha = 0", "mixup");
     state.progress.now.batch = 3;
     const at::Tensor x = at::randn({4, 3});
-    state.batch = baton::Batch{x, at::arange(4)};
+    state.batch = baton::Batch::of(x, at::arange(4));
     dynamic_cast<baton::Algorithm&>(*off.plugin).apply(Event::after_dataloader, state, logger);
     CHECK(logger.last("mixup/mixing") == 0.0);
-    CHECK(max_abs_difference(values_of(state.batch.inputs), values_of(x)) == 0.0);
+    CHECK(max_abs_difference(values_of(state.batch.inputs()), values_of(x)) == 0.0);
   }
 
   TEST_CASE("the same seed and batch draw the same mixing; another seed or batch draws another") {
@@ -185,7 +185,7 @@ TEST_SUITE("mixup_plugin") {
       baton::State state;
       state.seed = seed;
       state.progress.now.batch = batch;
-      state.batch = baton::Batch{at::randn({8, 2}), at::arange(8)};
+      state.batch = baton::Batch::of(at::randn({8, 2}), at::arange(8));
       algorithm.apply(Event::after_dataloader, state, logger);
       return logger.last("mixup/mixing");
     };

@@ -27,6 +27,7 @@
 #include <ATen/ops/upsample_nearest2d.h>
 
 #include "baton/plugin.h"
+#include "batch_keys.h"
 #include "number_text.h"
 #include "batch_random.h"
 
@@ -49,7 +50,8 @@ class ProgressiveResizing final : public baton::Algorithm {
         initial_scale_(read_fraction(config, "initial_scale", 0.5)),
         delay_fraction_(read_fraction(config, "delay_fraction", 0.5)),
         finetune_fraction_(read_fraction(config, "finetune_fraction", 0.2)),
-        size_increment_(config.get_or<std::int64_t>("size_increment", 4)) {
+        size_increment_(config.get_or<std::int64_t>("size_increment", 4)),
+        keys_(baton_algorithms::BatchKeys::from(config)) {
     if (mode_ != "resize" && mode_ != "crop") config.fail("mode", "must be \"resize\" or \"crop\", got \"" + mode_ + "\"");
     if (delay_fraction_ + finetune_fraction_ > 1)
       config.fail("finetune_fraction", "delay_fraction + finetune_fraction must be <= 1, got " +
@@ -60,10 +62,7 @@ class ProgressiveResizing final : public baton::Algorithm {
   bool match(Event event, const baton::State&) override { return event == Event::after_dataloader; }
 
   void apply(Event, baton::State& state, baton::Logger& logger) override {
-    const at::Tensor& inputs = state.batch.inputs;
-    if (inputs.dim() != 4)
-      throw baton::Error("progressive_resizing: expects image inputs [N, C, H, W], got " +
-                         std::to_string(inputs.dim()) + " dimensions");
+    at::Tensor& inputs = keys_.images_of(state, "progressive_resizing");
     const double scale = scale_at(state.progress.fraction());
     const std::int64_t width = inputs.size(3);  // the scale is pinned on the width; the height follows it
     // Python's round() (half to even, the current rounding mode's default), as Composer pins the width.
@@ -72,9 +71,9 @@ class ProgressiveResizing final : public baton::Algorithm {
     const double pinned =
         std::max(std::nearbyint(static_cast<double>(width) * scale / increment) * increment, increment);
     const double factor = pinned / static_cast<double>(width);
-    if (factor < 1) state.batch.inputs = mode_ == "crop" ? crop(state, factor) : resize(inputs, factor);
-    logger.log_metric("progressive_resizing/height", static_cast<double>(state.batch.inputs.size(2)));
-    logger.log_metric("progressive_resizing/width", static_cast<double>(state.batch.inputs.size(3)));
+    if (factor < 1) inputs = mode_ == "crop" ? crop(state, inputs, factor) : resize(inputs, factor);
+    logger.log_metric("progressive_resizing/height", static_cast<double>(inputs.size(2)));
+    logger.log_metric("progressive_resizing/width", static_cast<double>(inputs.size(3)));
     logger.log_metric("progressive_resizing/scale_factor", scale);
   }
 
@@ -99,8 +98,7 @@ class ProgressiveResizing final : public baton::Algorithm {
 
   // A window of int(size * factor) at a random offset, the same for the whole batch (from the batch's generator,
   // so a resumed run crops where the uninterrupted one did).
-  static at::Tensor crop(const baton::State& state, double factor) {
-    const at::Tensor& inputs = state.batch.inputs;
+  static at::Tensor crop(const baton::State& state, const at::Tensor& inputs, double factor) {
     const auto h = static_cast<std::int64_t>(factor * static_cast<double>(inputs.size(2)));
     const auto w = static_cast<std::int64_t>(factor * static_cast<double>(inputs.size(3)));
     baton_algorithms::BatchRandom random(state, "progressive_resizing");
@@ -114,6 +112,7 @@ class ProgressiveResizing final : public baton::Algorithm {
   double delay_fraction_;
   double finetune_fraction_;
   std::int64_t size_increment_;
+  baton_algorithms::BatchKeys keys_;
 };
 
 }  // namespace

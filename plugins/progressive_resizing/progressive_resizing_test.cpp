@@ -23,7 +23,7 @@ namespace {
 // A batch of n images [1, side, side] whose pixel values are their own index (n * side^2 + h * side + w), so a
 // pixel of the result says where it came from.
 baton::Batch numbered_batch(std::int64_t n, std::int64_t side) {
-  return baton::Batch{at::arange(n * side * side).to(at::kFloat).reshape({n, 1, side, side}), at::zeros({n}, at::kLong)};
+  return baton::Batch::of(at::arange(n * side * side).to(at::kFloat).reshape({n, 1, side, side}), at::zeros({n}, at::kLong));
 }
 
 // Runs the plugin once at after_dataloader with `done` of 100 batches behind; returns the inputs it left.
@@ -35,7 +35,7 @@ at::Tensor resized_at(baton::Algorithm& algorithm, std::int64_t done, std::int64
   state.progress.now.batch = done;
   state.batch = numbered_batch(2, side);
   algorithm.apply(Event::after_dataloader, state, logger ? *logger : own);
-  return state.batch.inputs;
+  return state.batch.inputs();
 }
 
 // Global average pooling before the classifier: takes images of any size.
@@ -52,8 +52,8 @@ TORCH_MODULE(PoolNet);
 struct SizeProbe : baton::Callback {
   std::map<std::int64_t, std::int64_t> side_at;  // batch index -> the side the model saw
   void before_forward(baton::State& s, baton::Logger&) override {
-    CHECK(s.batch.inputs.size(2) == s.batch.inputs.size(3));
-    side_at[s.timestamp().batch] = s.batch.inputs.size(3);
+    CHECK(s.batch.inputs().size(2) == s.batch.inputs().size(3));
+    side_at[s.timestamp().batch] = s.batch.inputs().size(3);
   }
 };
 

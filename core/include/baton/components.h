@@ -43,8 +43,22 @@ struct BATON_API DatasetSplits {
   std::shared_ptr<Dataset> eval;
 };
 
-/// A batch's loss: a scalar tensor from the model's outputs and the batch's targets.
-using LossFunction = std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)>;
+/// Which output and which batch field a loss or metric of one tensor against another compares (Composer's
+/// `input_key`/`target_key` idea): the built-in losses and metrics read them from their config tables as `output`
+/// (default: the model's main output) and `target` (default "targets").
+struct BATON_API FieldKeys {
+  std::string output;               // empty: Outputs::main()
+  std::string target = "targets";
+
+  const at::Tensor& output_of(const Outputs& outputs) const;
+  const at::Tensor& target_of(const Batch& batch) const;
+  /// Reads the keys `output` and `target` of a component's config table.
+  static FieldKeys from(const PluginConfig& config);
+};
+
+/// A loss of one output against one field, written on the two tensors: the form of most losses.
+BATON_API LossFunction tensor_loss(FieldKeys keys,
+                                   std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)> fn);
 /// The learning-rate multiplier (of the optimizer's configured lr) at a point of training.
 using LrSchedule = std::function<double(const Progress& progress)>;
 
@@ -54,9 +68,10 @@ using LrSchedule = std::function<double(const Progress& progress)>;
 class BATON_API Metric {
  public:
   virtual ~Metric();
-  /// Adds one batch: the outputs as the model gave them, the targets as the dataset gave them (class indices,
-  /// class probabilities after label smoothing or MixUp, or values), both on the model's device.
-  virtual void update(const at::Tensor& outputs, const at::Tensor& targets) = 0;
+  /// Adds one batch: the outputs as the model gave them (its evaluation form's) and the batch as the dataset gave
+  /// it (targets as class indices, class probabilities after label smoothing or MixUp, or values), on the model's
+  /// device.
+  virtual void update(const Outputs& outputs, const Batch& batch) = 0;
   /// The running sums; always the same number of them.
   virtual std::vector<double> sums() const = 0;
   /// The metric from sums (this rank's, or every rank's added up).
@@ -64,6 +79,17 @@ class BATON_API Metric {
   virtual void reset() = 0;
   /// Larger is better (accuracy, r2) or smaller is (mae, rmse): what checkpoint selection and stoppers assume.
   virtual bool higher_is_better() const = 0;
+};
+
+/// A metric of one output against one batch field (FieldKeys): implement update_tensors. The built-ins are these.
+class BATON_API TensorMetric : public Metric {
+ public:
+  ~TensorMetric() override;
+  void update(const Outputs& outputs, const Batch& batch) final;
+  /// One batch's output (keys.output) against its field (keys.target).
+  virtual void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) = 0;
+
+  FieldKeys keys;
 };
 
 using ModelFactory = std::function<Model(const PluginConfig& config, const DataSpec& data)>;

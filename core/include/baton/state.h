@@ -1,7 +1,7 @@
 #pragma once
 // The trainer's state as plugins see it: time, model, optimizer, the step's batch, outputs and loss, latest metrics,
 // run folder, and a way to ask the run to stop. Only ATen's tensor type comes in (<ATen/core/Tensor.h>, through
-// baton/dataset.h): the model and optimizer are forward-declared, and a plugin that touches them includes
+// baton/batch.h): the model and optimizer are forward-declared, and a plugin that touches them includes
 // <torch/nn/module.h> / <torch/optim/optimizer.h> itself; one that computes with tensors includes the ATen ops it
 // uses (<ATen/ops/softmax.h>, ...).
 #include <cstdint>
@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "baton/dataset.h"
+#include <ATen/core/Generator.h>
+
+#include "baton/batch.h"
 #include "baton/export.h"
 #include "baton/state_dict.h"
 #include "baton/time.h"
@@ -56,25 +58,27 @@ struct BATON_API State {
 
   /// The step's data, as Composer's state.batch / state.outputs / state.loss (docs/plugins.md has the table of
   /// events). Undefined tensors outside their windows:
-  ///  - training: `batch` from after_dataloader to batch_end (on the device; a plugin may replace inputs and/or
-  ///    targets at after_dataloader, and up to before_forward, when the trainer reads them back for the forward
-  ///    pass); `outputs` from after_forward to batch_end; before_loss may replace targets or outputs; `loss` from
-  ///    after_loss to batch_end and may be replaced at after_loss (a plugin's own loss term), since the trainer
-  ///    backpropagates the loss it reads back after before_backward.
-  ///  - evaluation: the eval batch from eval_batch_start to eval_batch_end, its `outputs` from eval_after_forward;
-  ///    the pass's loss and accuracy are computed from the outputs and targets read back after eval_after_forward.
+  ///  - training: `batch` from after_dataloader to batch_end (on the device; a plugin may replace or add fields at
+  ///    after_dataloader, and up to before_forward, when the trainer reads it back for the forward pass);
+  ///    `outputs` from after_forward to batch_end; before_loss may replace fields of the batch or the outputs;
+  ///    `loss` from after_loss to batch_end and may be replaced at after_loss (a plugin's own loss term), since the
+  ///    trainer backpropagates the loss it reads back after before_backward.
+  ///  - evaluation: the eval batch from eval_batch_start to eval_batch_end, its `outputs` (the model's evaluation
+  ///    form's) from eval_after_forward; the pass's loss and metrics are computed from the outputs and the batch
+  ///    read back after eval_after_forward.
   ///  - prediction: the batch from predict_batch_start to predict_batch_end, its `outputs` from
   ///    predict_after_forward (read back after it).
-  /// Targets are class indices (int64 [N]) or class probabilities (float [N, C], e.g. after label smoothing or
-  /// MixUp): the default loss takes either, accuracy takes the argmax of probabilities.
+  /// Fields are named (baton/batch.h): the built-in datasets give `inputs` and `targets`, whose targets are class
+  /// indices (int64 [N]) or class probabilities (float [N, C], e.g. after label smoothing or MixUp): the default
+  /// loss takes either, accuracy takes the argmax of probabilities.
   Batch batch;
-  at::Tensor outputs;
+  Outputs outputs;
   at::Tensor loss;
   /// Empties batch, outputs and loss: the trainer calls it as their window closes (batch_end, eval_batch_end,
   /// predict_batch_end), so no later event sees a stale batch and the tensors are freed.
   void clear_step_data() {
     batch = Batch();
-    outputs = at::Tensor();
+    outputs = Outputs();
     loss = at::Tensor();
   }
 
@@ -124,6 +128,19 @@ struct BATON_API State {
   /// "<label>/<set>/<metric>". Last in the struct, so plugins built before it was added find every other member
   /// where it was.
   std::string eval_set;
+
+  /// The step's random numbers (a CPU generator): reseeded before every training step from the run's seed, the
+  /// batch count and the rank, and before every evaluation or prediction batch from the seed and the batch's
+  /// first sample, so what a model or plugin draws from it (timesteps, noise, masks) is the same in a resumed run
+  /// and the same for every weight set evaluated. Draw on the CPU and move the result where it is needed.
+  at::Generator generator;
+  /// Every optimizer of the run by name: the run's one ("optimizer", also State::optimizer), or the model's own
+  /// (Model::with_optimizers), State::optimizer being the first.
+  std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers;
 };
+
+/// The generator of the step running in this thread (State::generator), for a model's forward, which sees only
+/// the batch; throws baton::Error outside a training, evaluation or prediction step.
+BATON_API at::Generator& step_generator();
 
 }  // namespace baton

@@ -4,6 +4,7 @@
 // build one from their own model, optimizer and data (see examples/embed/).
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +52,9 @@ struct TrainerOptions {
   int workers = 1;
   int prefetch = 2;  // >= workers when workers > 0
   std::uint64_t seed = 42;     // data order; the caller seeds model initialisation
+  bool shuffle = true;         // false: every epoch in the dataset's order (a sequential sampler)
+  /// Intra-op threads for the run (at::set_num_threads); 0 leaves LibTorch's setting as it is.
+  int threads = 0;
   std::string device = "cpu";  // where the model, optimizer state and batches live
   std::string run_dir;         // metrics.jsonl, checkpoints/, model.safetensors; empty: write nothing
   std::string checkpoint_dir;  // default <run_dir>/checkpoints
@@ -72,8 +76,8 @@ struct TrainerOptions {
   std::string precision = "fp32";
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
   LrSchedule lr_schedule;
-  /// Loss of a batch; null: the registered "cross_entropy" when the training data's targets are classes, "mse"
-  /// when they are values (DataSpec).
+  /// Loss of a batch, from the model's outputs and the batch; null: the model's own (Model::with_loss), else the
+  /// registered "cross_entropy" when the training data's targets are classes, "mse" when they are values.
   LossFunction loss;
   /// Evaluation metrics; empty: the registered defaults for the evaluation data: "accuracy" for class targets,
   /// "mae", "rmse" and "r2" for values. Each is reduced across data-parallel ranks as sums (Metric).
@@ -116,7 +120,8 @@ struct FitResult {
 struct EvalResult {
   std::string label;  // the evaluation pass: "eval", or one a plugin added (State::eval_labels)
   std::string set;    // empty for the main evaluation set, else the EvalSet's name
-  double loss = 0;
+  /// The mean loss; NaN when the pass computes none (a model with its own evaluation forward, which samples).
+  double loss = std::numeric_limits<double>::quiet_NaN();
   std::int64_t samples = 0;
   struct Value {
     std::string name;  // the metric's name ("accuracy"), logged as "<label>/<name>"
@@ -130,15 +135,17 @@ struct EvalResult {
 
 /// What Trainer::predict returns, on the CPU, in the dataset's order.
 struct PredictResult {
-  at::Tensor outputs;      // the model's outputs, [N, ...]
-  at::Tensor predictions;  // the argmax class of each row (int64 [N]) when outputs are class scores [N, C]
+  Outputs outputs;         // the model's (evaluation) outputs, every per-sample field [N, ...]
+  at::Tensor predictions;  // the argmax class of each row (int64 [N]) when the main output is class scores [N, C]
   at::Tensor targets;      // the dataset's targets, when it has them
 };
 
 class BATON_API Trainer {
  public:
   /// `model` is any module with a tensor-to-tensor forward (baton/model.h: a holder such as torch::nn::Sequential,
-  /// an AnyModule, a TorchScript module from load_torchscript). `train` and `eval` may be any Dataset (baton/dataset.h); a null `eval` means no evaluation.
+  /// an AnyModule, a TorchScript module from load_torchscript) or a baton::Model of the general form. `train` and
+  /// `eval` may be any Dataset (baton/dataset.h); a null `eval` means no evaluation. `optimizer` is null when the
+  /// model brings its own (Model::with_optimizers), and must be then.
   Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
           std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options);
   /// The same for data held in memory; an empty `eval` means no evaluation.
