@@ -18,6 +18,12 @@ std::int64_t DataSpec::output_size() const {
   return n;
 }
 
+std::int64_t DataSpec::input_size() const {
+  std::int64_t n = 1;
+  for (auto d : input_shape) n *= d;
+  return n;
+}
+
 std::string DataSpec::describe() const {
   const auto shape = [](const std::vector<std::int64_t>& dims) {
     std::string out;

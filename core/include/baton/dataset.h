@@ -43,6 +43,8 @@ struct BATON_API DataSpec {
   bool classification() const { return num_classes > 0; }
   /// The outputs a model needs per sample: num_classes scores, or one per regressed value.
   std::int64_t output_size() const;
+  /// The values in one sample's inputs (the product of input_shape): a flattening model's input width.
+  std::int64_t input_size() const;
   /// "1x28x28 inputs, 10 classes" / "10 inputs, 1 regression target", for messages.
   std::string describe() const;
 };
