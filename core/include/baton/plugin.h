@@ -191,7 +191,8 @@ inline void Algorithm::subscribe(Subscriptions& events) {
 }
 
 inline void Algorithm::subscribe_to(Subscriptions& events, std::initializer_list<Event> only) {
-  for (Event event : only) events.on_match(event, detail::AlgorithmMatch{this, event}, detail::AlgorithmApply{this, event});
+  for (Event event : only)
+    events.on_match(event, detail::AlgorithmMatch{this, event}, detail::AlgorithmApply{this, event});
 }
 
 inline void Callback::subscribe(Subscriptions& events) {
