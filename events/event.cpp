@@ -1,41 +1,20 @@
+// The event helpers are all inline (baton/event.h says why); what is left here is a check of the list itself,
+// done once at compile time in baton's own build: engines resolve plugins' subscriptions by name, so two events
+// with one name, or a name the parser does not give back, would send a plugin's handler to the wrong event.
 #include "baton/event.h"
 
 namespace baton {
 namespace {
 
-constexpr std::array<std::string_view, kEventCount> kNames = {
-#define BATON_EVENT(name) #name,
-#include "baton/events.def"
-#undef BATON_EVENT
-};
-
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
+constexpr bool names_round_trip() {
+  for (std::size_t i = 0; i < kEventCount; ++i) {
+    const auto parsed = parse_event(event_name(static_cast<Event>(i)));
+    if (!parsed || static_cast<std::size_t>(*parsed) != i) return false;  // a duplicate parses to the first one
+  }
+  return true;
 }
 
-bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+static_assert(names_round_trip(), "events.def: every event needs a name of its own");
 
 }  // namespace
-
-std::string_view event_name(Event event) noexcept {
-  auto index = static_cast<std::size_t>(event);
-  return index < kNames.size() ? kNames[index] : std::string_view("unknown");
-}
-
-std::optional<Event> parse_event(std::string_view name) noexcept {
-  for (std::size_t i = 0; i < kNames.size(); ++i)
-    if (kNames[i] == name) return kAllEvents[i];
-  return std::nullopt;
-}
-
-// The predicates read the names, as Composer's do, so a new event in events.def is classified without edits here.
-bool is_before_event(Event event) noexcept { return contains(event_name(event), "before_"); }
-bool is_after_event(Event event) noexcept { return contains(event_name(event), "after_"); }
-bool is_eval_event(Event event) noexcept { return starts_with(event_name(event), "eval_"); }
-bool is_predict_event(Event event) noexcept { return starts_with(event_name(event), "predict_"); }
-bool is_checkpoint_event(Event event) noexcept {
-  auto name = event_name(event);
-  return name.size() > 11 && name.substr(name.size() - 11) == "_checkpoint";
-}
-
 }  // namespace baton

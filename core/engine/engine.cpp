@@ -5,56 +5,80 @@
 
 namespace baton {
 
-Engine::Engine(State& state, Logger& logger) : state_(state), logger_(logger) {}
+Engine::Engine(State& state, Logger& logger) : state_(state), logger_(logger), dispatch_(kEventCount) {}
 
 void Engine::add(EngineEntry entry) {
   if ((entry.algorithm == nullptr) == (entry.callback == nullptr))
     throw PluginError("plugin '" + entry.id + "' must be exactly one of an algorithm or a callback");
+  Plugin* plugin = entry.algorithm ? static_cast<Plugin*>(entry.algorithm) : static_cast<Plugin*>(entry.callback);
+  Subscriptions subscribed;
+  call_plugin([&] { plugin->subscribe(subscribed); },
+              [&] { return "plugin '" + entry.id + "' failed to subscribe"; });
+
+  // Resolved here, by name, against this build's list: the plugin's own Event numbers may be another list's.
+  const std::size_t index = entries_.size();
+  std::vector<Subscription> resolved;
+  for (const auto& s : subscribed.entries()) {
+    const auto event = parse_event(s.event);
+    if (!event)
+      throw PluginError("plugin '" + entry.id + "' subscribes to event '" + s.event +
+                        "', which this baton does not have (was it built against a newer baton SDK?)");
+    if (!s.handler)
+      throw PluginError("plugin '" + entry.id + "' subscribes to event " + s.event + " with an empty handler");
+    resolved.push_back(Subscription{index, *event, s.match, s.handler});
+  }
   entries_.push_back(std::move(entry));
+  for (auto& s : resolved) subscriptions_.push_back(std::move(s));
+  order_dispatch();
 }
 
-void Engine::call(const EngineEntry& entry, Event event) {
-  if (trace_) trace_(entry.id + "/" + std::string(event_name(event)));
-  call_plugin(
-      [&] {
-        if (entry.algorithm)
-          entry.algorithm->apply(event, state_, logger_);
-        else
-          entry.callback->run_event(event, state_, logger_);
-      },
-      [&] { return "plugin '" + entry.id + "' failed on event " + std::string(event_name(event)); });
+void Engine::order_dispatch() {
+  for (std::size_t e = 0; e < kEventCount; ++e) {
+    const auto event = static_cast<Event>(e);
+    auto& order = dispatch_[e];
+    order.clear();
+    auto append_entry = [&](std::size_t entry) {
+      for (std::size_t i = 0; i < subscriptions_.size(); ++i)
+        if (subscriptions_[i].entry == entry && subscriptions_[i].event == event) order.push_back(i);
+    };
+    auto append_algorithms = [&] {
+      // Composer's rule: after_* events unwind in reverse so paired before/after work nests properly.
+      if (is_after_event(event)) {
+        for (std::size_t i = entries_.size(); i-- > 0;)
+          if (entries_[i].algorithm) append_entry(i);
+      } else {
+        for (std::size_t i = 0; i < entries_.size(); ++i)
+          if (entries_[i].algorithm) append_entry(i);
+      }
+    };
+    auto append_callbacks = [&] {
+      for (std::size_t i = 0; i < entries_.size(); ++i)
+        if (entries_[i].callback) append_entry(i);
+    };
+    // On init callbacks come first, so loggers and callbacks are set up before any algorithm acts.
+    if (event == Event::init) {
+      append_callbacks();
+      append_algorithms();
+    } else {
+      append_algorithms();
+      append_callbacks();
+    }
+  }
 }
 
 void Engine::fire(Event event) {
   if (closed_)
     throw Error("event " + std::string(event_name(event)) + " fired after the engine was closed");
-
-  auto run_algorithms = [&] {
-    auto matches = [&](const EngineEntry& e) {
-      return call_plugin([&] { return e.algorithm->match(event, state_); },
-                         [&] { return "plugin '" + e.id + "' failed in match() on event " + std::string(event_name(event)); });
-    };
-    // Composer's rule: after_* events unwind in reverse so paired before/after work nests properly.
-    if (is_after_event(event)) {
-      for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
-        if (it->algorithm && matches(*it)) call(*it, event);
-    } else {
-      for (const auto& e : entries_)
-        if (e.algorithm && matches(e)) call(e, event);
-    }
-  };
-  auto run_callbacks = [&] {
-    for (const auto& e : entries_)
-      if (e.callback) call(e, event);
-  };
-
-  // On init callbacks come first, so loggers and callbacks are set up before any algorithm acts.
-  if (event == Event::init) {
-    run_callbacks();
-    run_algorithms();
-  } else {
-    run_algorithms();
-    run_callbacks();
+  for (std::size_t i : dispatch_[static_cast<std::size_t>(event)]) {
+    const Subscription& s = subscriptions_[i];
+    const std::string& id = entries_[s.entry].id;
+    if (s.match && !call_plugin([&] { return s.match(state_); }, [&] {
+          return "plugin '" + id + "' failed in match() on event " + std::string(event_name(event));
+        }))
+      continue;
+    if (trace_) trace_(id + "/" + std::string(event_name(event)));
+    call_plugin([&] { s.handler(state_, logger_); },
+                [&] { return "plugin '" + id + "' failed on event " + std::string(event_name(event)); });
   }
 }
 
@@ -70,6 +94,9 @@ std::vector<std::string> Engine::close() {
       errors.push_back(ex.what());
     }
   }
+  // The handlers are code (and captures) of the plugins' libraries; none runs again, so none is kept past here.
+  for (auto& order : dispatch_) order.clear();
+  subscriptions_.clear();
   return errors;
 }
 

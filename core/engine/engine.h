@@ -1,17 +1,19 @@
 #pragma once
-// The engine dispatches an event to the run's plugins, in Composer's order:
+// The engine dispatches an event to the handlers the run's plugins subscribed (Plugin::subscribe, called once when
+// a plugin is added; event names resolved against this build's list), in Composer's order:
 //   init:          callbacks first, then algorithms (so loggers/callbacks see algorithms' setup);
-//   other events:  algorithms (those whose match() is true) in configured order, reversed on after_* events,
-//                  then callbacks in configured order.
-// Each call is traced as "<plugin id>/<event>". A plugin's exception becomes a PluginError naming the plugin
-// and the event. After close(), firing an event throws.
+//   other events:  algorithms in configured order, reversed on after_* events, then callbacks in configured order;
+//                  a matched handler (an algorithm's) runs only when its match is true.
+// A plugin's handlers for one event run in the order it registered them. Each call that runs is traced as
+// "<plugin id>/<event>". A plugin's exception becomes a PluginError naming the plugin and the event. After
+// close(), firing an event throws.
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "baton/plugin.h"
-
 
 namespace baton {
 
@@ -43,26 +45,38 @@ class Engine {
  public:
   Engine(State& state, Logger& logger);
 
+  /// Subscribes the plugin (it must be exactly one of an algorithm or a callback). Throws PluginError when its
+  /// subscribe throws or names an event this build does not have.
   void add(EngineEntry entry);
   const std::vector<EngineEntry>& entries() const { return entries_; }
 
-  /// Fires one event to every plugin.
+  /// Fires one event to the handlers subscribed to it.
   void fire(Event event);
 
   /// Calls close() on every plugin once (errors are collected, not thrown, so every plugin gets closed) and
-  /// returns the error messages. Later fire() calls throw.
+  /// returns the error messages; then drops the handlers, which are the plugins' code. Later fire() calls throw.
   std::vector<std::string> close();
   bool closed() const { return closed_; }
 
-  /// When set, every plugin call is also passed here as "<plugin id>/<event>".
+  /// When set, every plugin call that runs is also passed here as "<plugin id>/<event>".
   void set_trace(std::function<void(const std::string&)> sink) { trace_ = std::move(sink); }
 
  private:
-  void call(const EngineEntry& entry, Event event);
+  // One handler, resolved to this build's event, with the entry it belongs to.
+  struct Subscription {
+    std::size_t entry;
+    Event event;
+    Subscriptions::Match match;
+    Subscriptions::Handler handler;
+  };
+  void order_dispatch();
 
   State& state_;
   Logger& logger_;
   std::vector<EngineEntry> entries_;
+  std::vector<Subscription> subscriptions_;
+  // Per event (by this build's number), the indices into subscriptions_ in the order they run.
+  std::vector<std::vector<std::size_t>> dispatch_;
   std::function<void(const std::string&)> trace_;
   bool closed_ = false;
 };

@@ -1,5 +1,7 @@
 #include "baton_test.h"  // first: it orders c10's and doctest's CHECK macros (the SDK includes ATen)
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -59,11 +61,38 @@ struct Fixture {
     owned.emplace_back(a);
     engine.add({name, a, nullptr});
   }
+  // As BATON_PLUGIN's factory and Trainer::add_plugin do: the class is known, so it subscribes to its overrides.
   void callback(const std::string& name) {
     auto* c = new JournalCallback(name, journal);
+    baton::detail::CallbackOverrides::record(*c);
     owned.emplace_back(c);
     engine.add({name, nullptr, c});
   }
+};
+
+// Registers handlers of its own: two on batch_end (in this order), one on fit_start by name, one matched.
+struct Registering : baton::Callback {
+  explicit Registering(std::vector<std::string>& journal) : journal(journal) {}
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::batch_end, [this](baton::State&, baton::Logger&) { journal.push_back("first:batch_end"); });
+    events.on(Event::batch_end, [this](baton::State&, baton::Logger&) { journal.push_back("second:batch_end"); });
+    events.add("fit_start", [this](baton::State&, baton::Logger&) { journal.push_back("by_name:fit_start"); });
+    events.on_match(
+        Event::epoch_end, [](const baton::State& state) { return state.timestamp().epoch == 2; },
+        [this](baton::State&, baton::Logger&) { journal.push_back("matched:epoch_end"); });
+  }
+  std::vector<std::string>& journal;
+};
+
+// Acts on two events only; counts what match() is asked.
+struct Narrow : baton::Algorithm {
+  void subscribe(baton::Subscriptions& events) override { subscribe_to(events, {Event::batch_start, Event::fit_end}); }
+  bool match(Event e, const baton::State&) override {
+    asked.emplace_back(baton::event_name(e));
+    return e == Event::fit_end;
+  }
+  void apply(Event e, baton::State&, baton::Logger&) override { applied.emplace_back(baton::event_name(e)); }
+  std::vector<std::string> asked, applied;
 };
 
 }  // namespace
@@ -108,15 +137,128 @@ TEST_SUITE("engine") {
     CHECK(f.journal == std::vector<std::string>{"all:batch_end", "only_fit_start:fit_start", "all:fit_start"});
   }
 
-  TEST_CASE("every call is traced as <plugin>/<event>") {
+  TEST_CASE("every call that runs is traced as <plugin>/<event>, and only those") {
     Fixture f;
     f.algorithm("ema", Event::batch_end);
     f.callback("printer");
     std::vector<std::string> trace;
     f.engine.set_trace([&](const std::string& line) { trace.push_back(line); });
     f.engine.fire(Event::batch_end);
+    f.engine.fire(Event::fit_start);  // ema does not match it, printer does not override it
+    CHECK(trace == std::vector<std::string>{"ema/batch_end", "printer/batch_end"});
+  }
+
+  TEST_CASE("a callback of a known class gets the events it overrides; through a base pointer, every event") {
+    Fixture f;
+    f.callback("typed");
+    auto* erased = new JournalCallback("erased", f.journal);  // never recorded: its class is not known
+    f.owned.emplace_back(erased);
+    f.engine.add({"erased", nullptr, erased});
+    std::vector<std::string> trace;
+    f.engine.set_trace([&](const std::string& line) { trace.push_back(line); });
+    for (Event e : baton::kAllEvents) f.engine.fire(e);
+    const auto calls_of = [&](const std::string& id) {
+      return std::count_if(trace.begin(), trace.end(), [&](const std::string& l) { return l.rfind(id + "/", 0) == 0; });
+    };
+    CHECK(std::count(trace.begin(), trace.end(), "typed/batch_end") == 1);
+    CHECK(calls_of("typed") == 3);
+    CHECK(calls_of("erased") == static_cast<std::ptrdiff_t>(baton::kEventCount));
+    // Both saw the same calls of their overrides: the extra subscriptions of the erased one reach empty defaults.
+    CHECK(f.journal == std::vector<std::string>{"typed:init", "erased:init", "typed:after_forward",
+                                                "erased:after_forward", "typed:batch_end", "erased:batch_end"});
+  }
+
+  TEST_CASE("the override mask names exactly the overridden methods, inherited overrides included") {
+    struct Base : baton::Callback {
+      void fit_start(baton::State&, baton::Logger&) override {}
+    };
+    struct Derived final : Base {
+      void batch_end(baton::State&, baton::Logger&) override {}
+
+     private:
+      void fit_end(baton::State&, baton::Logger&) override {}  // private: still an override
+    };
+    auto bit = [](Event e) { return std::uint64_t{1} << static_cast<unsigned>(e); };
+    CHECK(baton::detail::CallbackOverrides::of<Derived>() ==
+          (bit(Event::fit_start) | bit(Event::batch_end) | bit(Event::fit_end)));
+    CHECK(baton::detail::CallbackOverrides::of<baton::Callback>() == 0);
+  }
+
+  TEST_CASE("handlers a plugin registers itself run in the order registered; a matched one when it matches") {
+    Fixture f;
+    auto* r = new Registering(f.journal);
+    f.owned.emplace_back(r);
+    f.engine.add({"registering", nullptr, r});
+    f.engine.fire(Event::batch_end);
     f.engine.fire(Event::fit_start);
-    CHECK(trace == std::vector<std::string>{"ema/batch_end", "printer/batch_end", "printer/fit_start"});
+    f.engine.fire(Event::epoch_end);  // epoch 0: does not match
+    f.state.progress.now.epoch = 2;
+    f.engine.fire(Event::epoch_end);
+    CHECK(f.journal == std::vector<std::string>{"first:batch_end", "second:batch_end", "by_name:fit_start",
+                                                "matched:epoch_end"});
+  }
+
+  TEST_CASE("an algorithm narrowed with subscribe_to is asked about its events only, with their own values") {
+    Fixture f;
+    Narrow n;
+    f.engine.add({"narrow", &n, nullptr});
+    std::vector<std::string> trace;
+    f.engine.set_trace([&](const std::string& line) { trace.push_back(line); });
+    for (Event e : baton::kAllEvents) f.engine.fire(e);
+    CHECK(n.asked == std::vector<std::string>{"batch_start", "fit_end"});
+    CHECK(n.applied == std::vector<std::string>{"fit_end"});
+    CHECK(trace == std::vector<std::string>{"narrow/fit_end"});
+  }
+
+  TEST_CASE("a subscription to an event this build does not have names the plugin and the event") {
+    struct FromTheFuture : baton::Callback {
+      void subscribe(baton::Subscriptions& events) override {
+        events.add("batch_middle", [](baton::State&, baton::Logger&) {});
+      }
+    } future;
+    Fixture f;
+    try {
+      f.engine.add({"future", nullptr, &future});
+      FAIL("an unknown event was accepted");
+    } catch (const baton::PluginError& e) {
+      CHECK(std::string(e.what()) == "plugin 'future' subscribes to event 'batch_middle', which this baton does not "
+                                     "have (was it built against a newer baton SDK?)");
+    }
+    CHECK(f.engine.entries().empty());  // nothing of it was kept
+  }
+
+  TEST_CASE("an exception from subscribe names the plugin") {
+    struct Refusing : baton::Callback {
+      void subscribe(baton::Subscriptions&) override { throw std::runtime_error("no events for me"); }
+    } refusing;
+    Fixture f;
+    try {
+      f.engine.add({"refusing", nullptr, &refusing});
+      FAIL("expected a PluginError");
+    } catch (const baton::PluginError& e) {
+      CHECK(std::string(e.what()) == "plugin 'refusing' failed to subscribe: no events for me");
+    }
+  }
+
+  TEST_CASE("close drops the handlers, so nothing of a plugin's library is kept past it") {
+    auto captured = std::make_shared<int>(0);
+    struct Holding : baton::Callback {
+      explicit Holding(std::shared_ptr<int> held) : held(std::move(held)) {}
+      void subscribe(baton::Subscriptions& events) override {
+        events.on(Event::batch_end, [held = held](baton::State&, baton::Logger&) { ++*held; });
+      }
+      std::shared_ptr<int> held;
+    };
+    Fixture f;
+    {
+      Holding holding(captured);
+      f.engine.add({"holding", nullptr, &holding});
+      f.engine.fire(Event::batch_end);
+      CHECK(*captured == 1);
+      CHECK(captured.use_count() == 3);  // here, the plugin, the engine's handler
+      f.engine.close();
+      CHECK(captured.use_count() == 2);
+    }
   }
 
   TEST_CASE("a plugin's exception names the plugin and the event") {

@@ -153,9 +153,9 @@ TEST_SUITE("loader") {
     const std::string path = fixture("fixture_small_struct");
     const std::string message = inspect_error(path);
     CHECK(contains(message, path + ": plugin info struct too small"));
-    // sizeof: 2 x uint32 + 4 pointers + 2 ints + 1 function pointer = 8 + 32 + 8 + 8 on LP64; the fixture stops
-    // before the function pointer.
-    CHECK(contains(message, "(48 bytes, expected at least 56)"));
+    // ABI 4's struct: 2 x uint32 + 4 pointers + 2 ints + 2 function pointers = 8 + 32 + 8 + 16 on LP64; the fixture
+    // stops before the function pointers.
+    CHECK(contains(message, "(48 bytes, expected at least 64)"));
   }
 
   TEST_CASE("a plugin built for another SDK ABI version is refused with both numbers") {
@@ -257,10 +257,16 @@ TEST_SUITE("loader") {
     CHECK(logger.metrics[2] == std::make_pair(std::string("fixture_good/calls"), 3.0));
   }
 
-  TEST_CASE("a plugin built before register_components was appended to the info struct loads as before") {
-    LoadedPlugin loaded = PluginLoader().load(fixture("fixture_first_abi3_struct"), PluginConfig());
-    CHECK(loaded.info.kind == "algorithm");
-    CHECK(loaded.algorithm != nullptr);
+  TEST_CASE("an ABI-3 plugin is refused with a request to rebuild it against this SDK") {
+    // ABI 3's Callback vtable followed events.def, and the engine called it by number; ABI 4 plugins subscribe by
+    // name. An ABI-3 plugin cannot be called safely, so it is refused before anything of it runs.
+    const std::string path = fixture("fixture_abi3");
+    const std::string expected = path + ": plugin ABI version mismatch: got 3, supported " +
+                                 std::to_string(BATON_PLUGIN_ABI_VERSION) +
+                                 " (rebuild the plugin against this baton's SDK)";
+    CHECK(BATON_PLUGIN_ABI_VERSION == 4u);
+    CHECK(inspect_error(path) == expected);
+    CHECK(load_error(path) == expected);
   }
 
   TEST_CASE("a components library registers its components once, stamped with its file and version") {
@@ -368,6 +374,23 @@ TEST_SUITE("loader") {
     CHECK(logger.metrics[1] == std::make_pair(std::string("fixture_callback/batch_end"), 2.0));
     loaded.callback->run_event(baton::Event::fit_end, state, logger);
     CHECK(logger.lines == std::vector<std::string>{"fixture_callback: fit_end"});
+  }
+
+  TEST_CASE("a loaded callback is called on the events its class overrides, and on no other") {
+    // BATON_PLUGIN's factory knows the class, so the callback subscribes to its five methods only.
+    LoadedPlugin loaded = PluginLoader().load(fixture("fixture_callback"), PluginConfig());
+    baton::State state;
+    RecordingLogger logger;
+    baton::Engine engine(state, logger);
+    std::vector<std::string> trace;
+    engine.set_trace([&](const std::string& line) { trace.push_back(line); });
+    engine.add(baton::EngineEntry{loaded.id, loaded.algorithm, loaded.callback});
+    for (baton::Event e : baton::kAllEvents) engine.fire(e);
+    CHECK(trace == std::vector<std::string>{"fixture_callback/batch_end", "fixture_callback/fit_end",
+                                            "fixture_callback/eval_start", "fixture_callback/eval_batch_end",
+                                            "fixture_callback/eval_end"});
+    CHECK(logger.lines == std::vector<std::string>{"fixture_callback: fit_end"});
+    CHECK(engine.close().empty());
   }
 
   TEST_CASE("the library stays loaded while an object from it lives, and is unloaded after") {

@@ -140,13 +140,10 @@ const baton_plugin_info* read_entry(Library& library, const std::string& path) {
   return raw;
 }
 
-// ABI 3 as first released ended with `create`; register_components was appended after it.
-constexpr std::size_t kFirstInfoSize = offsetof(baton_plugin_info, register_components);
-
-// The registration function, when the plugin was built with a struct that has it.
-auto registration_of(const baton_plugin_info& raw) -> decltype(raw.register_components) {
-  return raw.struct_size >= sizeof(baton_plugin_info) ? raw.register_components : nullptr;
-}
+// ABI 4's struct, as first released, ends with register_components: the fields up to there are always present. A
+// field appended later is read only when struct_size covers it.
+constexpr std::size_t kAbi4InfoSize =
+    offsetof(baton_plugin_info, register_components) + sizeof(baton_plugin_info::register_components);
 
 // Checks in the order the fields can be trusted: the size and ABI version first (their offsets never change),
 // then the fields whose meaning depends on them.
@@ -159,9 +156,9 @@ void check_info(const baton_plugin_info& raw, const std::string& path) {
     throw PluginError(path + ": plugin ABI version mismatch: got " + std::to_string(raw.abi_version) +
                       ", supported " + std::to_string(BATON_PLUGIN_ABI_VERSION) +
                       " (rebuild the plugin against this baton's SDK)");
-  if (raw.struct_size < kFirstInfoSize)
+  if (raw.struct_size < kAbi4InfoSize)
     throw PluginError(path + ": plugin info struct too small (" + std::to_string(raw.struct_size) +
-                      " bytes, expected at least " + std::to_string(kFirstInfoSize) + ")");
+                      " bytes, expected at least " + std::to_string(kAbi4InfoSize) + ")");
   if (!raw.name || !*raw.name) throw PluginError(path + ": the plugin info has no name");
 
   const std::string torch = or_empty(raw.torch_version);
@@ -180,7 +177,7 @@ void check_info(const baton_plugin_info& raw, const std::string& path) {
                       std::to_string(BATON_PLUGIN_CALLBACK) + " for a callback, " +
                       std::to_string(BATON_PLUGIN_COMPONENTS) + " for a components library)");
   if (raw.kind == BATON_PLUGIN_COMPONENTS) {
-    if (!registration_of(raw))
+    if (!raw.register_components)
       throw PluginError(path + ": components library '" + raw.name + "' has no register_components function (null)");
   } else if (!raw.create) {
     throw PluginError(path + ": plugin '" + raw.name + "' has no create function (null)");
@@ -256,7 +253,7 @@ std::shared_ptr<Plugin> create_object(const OpenedPlugin& opened, const PluginCo
 // Runs a library's registration function once per file, with the registries stamping what it adds with the file,
 // its version and a handle that keeps the library loaded as long as its factories may be called.
 void register_once(const OpenedPlugin& opened) {
-  const auto registration = registration_of(*opened.raw);
+  const auto registration = opened.raw->register_components;
   if (!registration) return;
   static std::mutex mutex;
   static std::set<std::string> registered;

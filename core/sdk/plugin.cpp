@@ -6,6 +6,20 @@ Plugin::~Plugin() = default;
 void Plugin::state_dict(StateDict&) const {}
 void Plugin::load_state_dict(const StateDict&) {}
 void Plugin::close() {}
+void Plugin::subscribe(Subscriptions&) {}
+
+Subscriptions::Subscriptions() = default;
+Subscriptions::~Subscriptions() = default;
+
+void Subscriptions::add(std::string_view event, Handler handler) {
+  entries_.push_back(Entry{std::string(event), nullptr, std::move(handler)});
+}
+
+void Subscriptions::add_matched(std::string_view event, Match match, Handler handler) {
+  entries_.push_back(Entry{std::string(event), std::move(match), std::move(handler)});
+}
+
+const std::vector<Subscriptions::Entry>& Subscriptions::entries() const { return entries_; }
 
 Algorithm::~Algorithm() = default;
 
@@ -15,24 +29,13 @@ Callback::~Callback() = default;
 #include "baton/events.def"
 #undef BATON_EVENT
 
-void Callback::run_event(Event event, State& state, Logger& logger) {
-  switch (event) {
-#define BATON_EVENT(name) \
-  case Event::name:       \
-    name(state, logger);  \
-    return;
-#include "baton/events.def"
-#undef BATON_EVENT
-  }
-}
-
 Logger::~Logger() = default;
 CheckpointInProgress::~CheckpointInProgress() = default;
 
 void State::request_stop(std::string reason) {
   // The first reason wins: it is the one that explains why the run ended.
-  if (!stop_requested_) stop_reason_ = std::move(reason);
-  stop_requested_ = true;
+  if (!stop_request.requested) stop_request.reason = std::move(reason);
+  stop_request.requested = true;
 }
 
 }  // namespace baton

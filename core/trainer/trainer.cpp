@@ -217,6 +217,9 @@ struct Trainer::Impl {
   void ensure_init() {
     if (initialised) return;
     initialised = true;
+    // Known classes, so they subscribe to fit_end only (and a trace shows them there alone).
+    detail::CallbackOverrides::record(model_export);
+    detail::CallbackOverrides::record(plots);
     engine.add(EngineEntry{"model_export", nullptr, &model_export});
     engine.add(EngineEntry{"eval_plots", nullptr, &plots});
     fire(Event::init);

@@ -46,6 +46,18 @@ class BATON_API CheckpointInProgress {
   virtual void after_commit(std::function<void(const std::string& path)> fn) = 0;
 };
 
+/// A request to end the run: State::request_stop sets it (the first reason wins), the trainer reads it after each
+/// batch. Its own struct so that State needs no private members (see State's layout rule).
+struct StopRequest {
+  bool requested = false;
+  std::string reason;
+};
+
+/// Layout rule: a plugin reads State's members at the offsets it was compiled with, and only baton creates a State
+/// (plugins get a reference), so State may grow but what is in it never moves: new members are appended at the end,
+/// none is inserted, removed, reordered or retyped, and every member is public (members under different access
+/// specifiers may be laid out in any order). The ABI test (core/engine/abi_compat_test.cpp) appends one and loads
+/// plugins built without it.
 struct BATON_API State {
   /// Time so far and the run's length.
   Progress progress;
@@ -113,20 +125,17 @@ struct BATON_API State {
   /// checkpointing); a collective that only some ranks reach hangs until the timeout.
   std::shared_ptr<Communicator> communicator;
 
-  /// Asks the trainer to stop after the current batch (it still fires batch_end, checkpoints and fit_end).
+  /// Asks the trainer to stop after the current batch (it still fires batch_end, checkpoints and fit_end). Ask
+  /// through request_stop() rather than by writing `stop_request`: it keeps the first reason, the one that explains
+  /// why the run ended.
   void request_stop(std::string reason);
-  bool stop_requested() const { return stop_requested_; }
-  const std::string& stop_reason() const { return stop_reason_; }
+  bool stop_requested() const { return stop_request.requested; }
+  const std::string& stop_reason() const { return stop_request.reason; }
+  StopRequest stop_request;
 
- private:
-  bool stop_requested_ = false;
-  std::string stop_reason_;
-
- public:
   /// The evaluation set of the passes running now, from eval_before_all to eval_after_all: empty for the main one,
   /// else an extra set's name ([[eval]], TrainerOptions::eval_sets), whose metrics are logged as
-  /// "<label>/<set>/<metric>". Last in the struct, so plugins built before it was added find every other member
-  /// where it was.
+  /// "<label>/<set>/<metric>".
   std::string eval_set;
 
   /// The step's random numbers (a CPU generator): reseeded before every training step from the run's seed, the
@@ -137,6 +146,12 @@ struct BATON_API State {
   /// Every optimizer of the run by name: the run's one ("optimizer", also State::optimizer), or the model's own
   /// (Model::with_optimizers), State::optimizer being the first.
   std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers;
+
+  // New members go here, after every other one (the layout rule above).
+#ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER
+  /// Only in the ABI compatibility test's build: a member a newer baton appended.
+  std::string abi_test_appended = "appended by a newer baton";
+#endif
 };
 
 /// The generator of the step running in this thread (State::generator), for a model's forward, which sees only

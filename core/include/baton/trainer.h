@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -155,8 +156,16 @@ class BATON_API Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Adds a plugin before fit()/evaluate(). `id` names it in traces, errors and checkpoints.
+  /// Adds a plugin before fit()/evaluate(). `id` names it in traces, errors and checkpoints. A Callback given as
+  /// a shared_ptr to its own class subscribes only to the events that class overrides; through a pointer to a base
+  /// class (Plugin, Callback) it is called on every event, as that class is not known here.
   void add_plugin(std::string id, std::shared_ptr<Plugin> plugin);
+  template <class T, class = std::enable_if_t<std::is_base_of_v<Plugin, T> && !std::is_same_v<T, Plugin>>>
+  void add_plugin(std::string id, std::shared_ptr<T> plugin) {
+    if constexpr (std::is_base_of_v<Callback, T>)
+      if (plugin) detail::CallbackOverrides::record(*plugin);
+    add_plugin(std::move(id), std::shared_ptr<Plugin>(std::move(plugin)));
+  }
 
   /// Trains to max_duration (or until a plugin or signal asks to stop). fit_end fires and plugins are closed on
   /// every exit path; on an error the exception propagates after that, and the checkpoints on disk are intact.
