@@ -10,6 +10,8 @@
 
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
 #include <c10/core/MemoryFormat.h>
 #include <torch/nn/module.h>
 
@@ -58,10 +60,31 @@ struct StateKeeper : baton::Callback {
 
 }  // namespace
 
-TEST_CASE("channels_last takes no keys") {
+TEST_CASE("channels_last takes only input_key") {
   CHECK(algorithm_test::contains(algorithm_test::config_error("fast = true\n",
                                                               "channels_last"),
                                  "fast"));
+  CHECK(algorithm_test::contains(algorithm_test::config_error("input_key = 3\n", "channels_last"),
+                                 "expected a batch field's name or a non-empty list of them"));
+}
+
+TEST_CASE("input_key names the fields converted: every 4-D floating one of them, nothing else") {
+  auto plugin = load("input_key = [\"image\", \"mask\", \"cond\"]", "channels_last");
+  auto& algorithm = dynamic_cast<baton::Algorithm&>(*plugin.plugin);
+  baton::State state;
+  algorithm_test::RecordingLogger logger;
+  const at::Tensor image = at::randn({2, 3, 4, 4}), other = at::randn({2, 3, 4, 4});
+  state.batch = baton::Batch{{"image", image},
+                             {"mask", at::ones({2, 1, 4, 4}, at::kBool)},
+                             {"cond", at::randn({2, 5})},
+                             {"other", other}};
+  algorithm.apply(baton::Event::after_dataloader, state, logger);
+  CHECK(state.batch["image"].is_contiguous(c10::MemoryFormat::ChannelsLast));
+  CHECK_FALSE(state.batch["image"].is_contiguous());
+  CHECK(state.batch["image"].equal(image));                   // the same values, in another order in memory
+  CHECK(state.batch["mask"].is_contiguous());                 // not floating: left as it is
+  CHECK(state.batch["other"].is_contiguous());                // not named: left as it is
+  CHECK(state.batch["other"].data_ptr() == other.data_ptr());
 }
 
 TEST_CASE("weights and batches are NHWC where the model uses them, and the run computes what the NCHW run does") {

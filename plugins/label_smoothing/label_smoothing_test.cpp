@@ -62,6 +62,23 @@ TEST_SUITE("label_smoothing_plugin") {
     CHECK(labels_of(state.batch.targets()) == std::vector<std::int64_t>{0, 2});
   }
 
+  TEST_CASE("target_key smooths that field alone, and puts it back") {
+    auto plugin = load("smoothing = 0.3\ntarget_key = \"labels\"", "label_smoothing");
+    auto& algorithm = dynamic_cast<baton::Algorithm&>(*plugin.plugin);
+    RecordingLogger logger;
+    baton::State state;
+    state.outputs = at::zeros({2, 3});
+    const at::Tensor labels = at::tensor(std::vector<std::int64_t>{0, 2});
+    const at::Tensor targets = at::tensor(std::vector<std::int64_t>{1, 1});
+    state.batch = baton::Batch{{"labels", labels}, {"targets", targets}};
+    algorithm.apply(Event::before_loss, state, logger);
+    CHECK(max_abs_difference(values_of(state.batch["labels"]), {0.8, 0.1, 0.1, 0.1, 0.1, 0.8}) < 1e-7);
+    CHECK(state.batch.targets().equal(targets));
+    state.loss = at::tensor(1.0);
+    algorithm.apply(Event::after_loss, state, logger);
+    CHECK(state.batch["labels"].equal(labels));
+  }
+
   TEST_CASE("in a run the loss is the smoothed cross entropy; other events see the class targets") {
     for (double a : {0.1, 0.5}) {
       CAPTURE(a);
