@@ -158,7 +158,10 @@ TEST_SUITE("cli") {
       CHECK(train.status == 1);
       CHECK_MESSAGE(contains(train.err, "error: " + file + ":" + line + ":8: " + expected), train.err);
     };
-    both("name.toml", "name = \"emaa\"", "plugins.0.name: plugin 'emaa' not found: no emaa.so in the plugin search path");
+    // The nearest names and the command that lists them (issue 24 §11).
+    both("name.toml", "name = \"emaa\"",
+         "plugins.0.name: plugin 'emaa' not found (did you mean 'ema'?): no emaa.so in the plugin search path "
+         "('baton plugins' lists the plugins there)");
     both("zero.toml", "path = \"/dev/zero\"", "plugins.0.path: cannot load /dev/zero: not a regular file");
 
     // A short file that is not a library gives the message every other non-library gives.
@@ -282,7 +285,8 @@ TEST_SUITE("cli") {
     auto adam = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep1", "--set",
                                 "optimizer.name=adam"});
     CHECK(adam.status == 1);
-    CHECK(contains(adam.err, "error: checkpoint runs/quick/checkpoints/ep1: optimizer state was saved from a"));
+    CHECK(contains(adam.err, "error: checkpoint runs/quick/checkpoints/ep1: optimizer state was saved from optimizer 'sgd', but "
+                             "this run's optimizer is 'adam'"));
 
     // Folders that are not usable checkpoints are each named, with the reason, and the newest valid one is used.
     const auto checkpoints = dir / "runs" / "quick" / "checkpoints";
@@ -716,6 +720,32 @@ TEST_SUITE("cli") {
     CHECK(contains(resumed.out, "trained to ep 2 ba 16"));
   }
 
+  TEST_CASE("issue 24 §9: without nan_monitor a nan loss is reported at its batch, and nan weights fail the run") {
+    auto dir = scratch("nan-unmonitored");
+    // Checkpoints every 2 batches (ba2, ba4, ba6, ba8, ...), train/loss every 4; the loss of batch 7 is nan, so the
+    // weights are nan from its step on: ba6 is the last checkpoint with finite weights.
+    const std::string run = quick_config_with("save_interval = \"1ep\"", "save_interval = \"2ba\"") +
+                            "\n[[plugins]]\npath = \"" + fixture("fixture_nan_loss") + "\"\nat_batch = 7\n";
+    std::string text = run;
+    text.replace(text.find("progress = false"), 16, "progress = false\nlog_interval = \"4ba\"");
+    write(dir / "nan.toml", text);
+    auto failed = run_baton(dir, {"train", "nan.toml", "--allow-insecure-plugins"});
+    CHECK(failed.status == 1);
+    CHECK_MESSAGE(contains(failed.err, "warning: the training loss is not finite (nan) at training batch 7 of the run "
+                                       "(in the 4 batches logged at ep 0 ba 8)"),
+                  failed.err);
+    CHECK(contains(failed.err, "error: the weights are not finite at the end of the run (layers.0.weight holds NaN "
+                               "or inf), so model.safetensors is not written; the last checkpoint with finite weights "
+                               "is runs/quick/checkpoints/ba6"));
+    CHECK_FALSE(fs::exists(dir / "runs" / "quick" / "model.safetensors"));
+
+    // Said otherwise: the run ends as a success, the loss still reported.
+    auto allowed = run_baton(dir, {"train", "nan.toml", "--allow-insecure-plugins", "--set", "run.name=allowed",
+                                   "--set", "trainer.allow_nonfinite=true"});
+    CHECK_MESSAGE(allowed.status == 0, allowed.err);
+    CHECK(contains(allowed.err, "warning: the training loss is not finite (nan) at training batch 7 of the run"));
+  }
+
   TEST_CASE("a stopper's stop: status 0 (not 130, an interrupt's), its reason printed; a resume there stops again") {
     auto dir = scratch("stoppers");
     // eval/loss is always below 1000: the first evaluation (ep 1) stops the 4-epoch run.
@@ -932,6 +962,23 @@ TEST_SUITE("cli") {
     auto train = run_baton(dir, {"train", "ema.toml"});
     REQUIRE_MESSAGE(train.status == 0, train.err);
     CHECK_FALSE(contains(train.err, "ema_start"));
+    // §15: the final table's columns line up: each header name ends where the values under it end, though
+    // "eval_raw/accuracy" is longer than the values.
+    {
+      std::istringstream table(train.out);
+      std::string header, row;
+      while (std::getline(table, header) && header.find("eval_raw/accuracy") == std::string::npos) {
+      }
+      REQUIRE(std::getline(table, row));
+      std::vector<std::size_t> header_ends, row_ends;
+      for (std::size_t i = 0; i + 1 < header.size(); ++i)
+        if (header[i] != ' ' && header[i + 1] == ' ') header_ends.push_back(i);
+      header_ends.push_back(header.size() - 1);
+      for (std::size_t i = 0; i + 1 < row.size(); ++i)
+        if (row[i] != ' ' && row[i + 1] == ' ') row_ends.push_back(i);
+      row_ends.push_back(row.size() - 1);
+      CHECK_MESSAGE(header_ends == row_ends, header << "\n" << row);
+    }
     const auto run = dir / "runs" / "quick";
     // The run's ema.safetensors and the last checkpoint's copy describe the same average (both at batch 16) in
     // the keys docs/ema.md lists: 16 updates, the first being the copy at batch 1.
@@ -953,8 +1000,9 @@ TEST_SUITE("cli") {
     // No plugin keeps another set of weights: asking for one is an error, not the raw weights under its name.
     write(dir / "plain.toml", quick_config());
     auto none = run_baton(dir, {"eval", "plain.toml", "--checkpoint", checkpoint, "--weights", "ema"});
-    CHECK(none.status == 1);
-    CHECK(contains(none.err, "no plugin of this run keeps more than one set of weights"));
+    CHECK(none.status == 2);  // a usage error (issue 24 §12)
+    CHECK(contains(none.err, "error: --weights ema: evaluation with the \"ema\" weights asked for, but no plugin of "
+                             "this run keeps more than one set of weights"));
     CHECK_FALSE(contains(none.out, "accuracy"));
 
     // predict writes each set's outputs and classes; the accuracy of its classes against the targets is the one
@@ -978,14 +1026,98 @@ TEST_SUITE("cli") {
     auto no_output = run_baton(dir, {"predict", "ema.toml", "--checkpoint", checkpoint});
     CHECK(no_output.status == 2);
     auto missing = run_baton(dir, {"predict", "ema.toml", "--checkpoint", "runs/quick/checkpoints/nope", "-o", "x.safetensors"});
-    CHECK(missing.status == 1);
-    CHECK(contains(missing.err, "nope"));
+    CHECK(missing.status == 2);  // a folder named on the command line that is not there: a usage error
+    CHECK(contains(missing.err, "error: --checkpoint runs/quick/checkpoints/nope: no such checkpoint folder; the "
+                                "checkpoints in runs/quick/checkpoints: ep1, ep2"));
     CHECK_FALSE(fs::exists(dir / "x.safetensors"));
+    // Without --weights the EMA plugin predicts with the EMA: the file and the summary say so (issue 24 §13).
+    auto by_default = run_baton(dir, {"predict", "ema.toml", "--checkpoint", checkpoint, "-o", "default.safetensors"});
+    REQUIRE_MESSAGE(by_default.status == 0, by_default.err);
+    CHECK(safetensors_metadata(dir / "default.safetensors").at("baton.weights") == "ema");
+    CHECK(contains(by_default.out, ", ema weights)"));
+    CHECK(safetensors_tensor_bytes(dir / "default.safetensors", "outputs", "F32") ==
+          safetensors_tensor_bytes(dir / "ema-predictions.safetensors", "outputs", "F32"));
 
     // Averaging that would start at the run's end: a warning at fit start.
     auto late = run_baton(dir, {"train", "ema.toml", "--set", "plugins.ema.ema_start=2ep", "--set", "run.name=late"});
     CHECK(late.status == 0);
     CHECK(contains(late.err, "warning: ema: ema_start 2ep (batch 16) is at or beyond max_duration 2ep (batch 16): "
                              "the average never starts"));
+  }
+
+  TEST_CASE("issue 24 §11-12: an unknown command or missing folder is a usage error naming the nearest; a resume "
+            "of another length is a counted warning") {
+    auto dir = scratch("usage");
+    auto typo = run_baton(dir, {"trian", "run.toml"});
+    CHECK(typo.status == 2);
+    CHECK(contains(typo.err, "error: unknown command 'trian' (did you mean 'train'?); the commands are train, check, "
+                             "eval, predict, plugins, launch, posthoc"));
+    auto nothing_like = run_baton(dir, {"frobnicate"});
+    CHECK(nothing_like.status == 2);
+    CHECK(contains(nothing_like.err, "error: unknown command 'frobnicate'; the commands are"));
+
+    write(dir / "run.toml", quick_config());
+    REQUIRE(run_baton(dir, {"train", "run.toml", "--set", "trainer.max_duration=1ep"}).status == 0);
+    // §16: the epoch's last batch (8) is one moment: its train/loss and its evaluation both read epoch 1.
+    std::istringstream lines(read_bytes(dir / "runs" / "quick" / "metrics.jsonl"));
+    int stamped = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const auto json = nlohmann::json::parse(line);
+      if (json.at("batch") != 8 || !(json.contains("train/loss") || json.contains("eval/loss"))) continue;
+      CHECK_MESSAGE(json.at("epoch") == 1, line);
+      ++stamped;
+    }
+    CHECK(stamped == 2);
+    // §15: a training-loss chart, one point per logged train/loss (8 batches, logged at the epoch's end).
+    const std::string chart = read_bytes(dir / "runs" / "quick" / "train_loss.svg");
+    CHECK(contains(chart, ">train/loss</text>"));
+    std::size_t loss_points = 0;
+    for (auto at = chart.find("<circle"); at != std::string::npos; at = chart.find("<circle", at + 1)) ++loss_points;
+    CHECK(loss_points == 1);
+    auto nowhere = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep11"});
+    CHECK(nowhere.status == 2);
+    CHECK(contains(nowhere.err, "error: --resume runs/quick/checkpoints/ep11: no such checkpoint folder (did you mean "
+                                "'ep1'?); the checkpoints in runs/quick/checkpoints: ep1"));
+    CHECK_FALSE(fs::exists(dir / "runs" / "quick" / "checkpoints" / "ep2"));
+
+    // A constant rate: the lr does not move, but the run continues another length than the checkpoint's.
+    auto longer = run_baton(dir, {"train", "run.toml", "--resume", "auto"});
+    REQUIRE_MESSAGE(longer.status == 0, longer.err);
+    CHECK(contains(longer.err, "warning: checkpoint runs/quick/checkpoints/ep1 was written by a run of max_duration "
+                               "1ep; this run has max_duration 2ep (the learning rate at this point is unchanged)"));
+    CHECK(contains(longer.out, "1 warning(s) during the run"));
+
+    // §10: meta.json holds the configuration the run used, overrides applied and named; a resume with other data
+    // settings says which.
+    const auto meta = nlohmann::json::parse(read_bytes(dir / "runs" / "quick" / "checkpoints" / "ep1" / "meta.json"));
+    const std::string config = meta.at("config").get<std::string>();
+    CHECK(config.rfind("# run.toml with --set trainer.max_duration=1ep\n", 0) == 0);
+    CHECK((contains(config, "max_duration = '1ep'") || contains(config, "max_duration = \"1ep\"")));
+    CHECK_FALSE(contains(config, "max_duration = \"2ep\""));
+    auto other_data = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep1", "--set",
+                                      "data.train_size=1024", "--set", "run.name=other"});
+    CHECK_MESSAGE(other_data.status == 0, other_data.err);
+    CHECK(contains(other_data.err, "warning: checkpoint runs/quick/checkpoints/ep1 was written with other data or "
+                                   "model settings than this run's: data.train_size (512, now 1024)"));
+  }
+
+  TEST_CASE("issue 24 §5-6: check refuses mse on classes; a LibTorch error names the step and batch, no backtrace") {
+    auto dir = scratch("step-errors");
+    write(dir / "run.toml", quick_config());
+    auto mse = run_baton(dir, {"check", "run.toml", "--set", "loss.name=mse"});
+    CHECK(mse.status == 2);
+    CHECK(contains(mse.err, "--set loss.name=mse: loss.name: mse compares outputs with values, but the data's "
+                            "'targets' are class indices (10 classes): use cross_entropy"));
+
+    // Images made smaller than the mlp's fixed input: LibTorch's error, with what baton was doing.
+    write(dir / "resize.toml", quick_config("\n[[plugins]]\nname = \"progressive_resizing\"\ndelay_fraction = 0.0\n"));
+    auto resized = run_baton(dir, {"train", "resize.toml"});
+    CHECK(resized.status == 1);
+    CHECK(contains(resized.err, "error: training batch 1 of epoch 1 (ep 0 ba 0): the model's forward failed on "
+                                "inputs [64, 1, 16, 16] Float, targets [64] Long (the data's inputs are [1, 28, 28] "
+                                "per sample: a plugin changed them before this step"));
+    CHECK(contains(resized.err, "mat1 and mat2 shapes cannot be multiplied"));
+    CHECK_FALSE(contains(resized.err, "Exception raised from"));
+    CHECK_FALSE(contains(resized.err, "frame #"));
   }
 }

@@ -195,8 +195,9 @@ StateDict export_with(const torch::optim::Optimizer& optimizer, const ParameterN
 
 void check_layout(const torch::optim::Optimizer& optimizer, const StateDict& state, const char* type) {
   if (state.get_string("type") != type) {
-    throw CheckpointError("optimizer state was saved from a " + state.get_string("type") + " optimizer, but this one is " +
-                          type);
+    throw CheckpointError("optimizer state was saved from optimizer '" + state.get_string("type") +
+                          "', but this run's optimizer is '" + type + "': continue with the checkpoint's optimizer " +
+                          "(optimizer.name = \"" + state.get_string("type") + "\"), or start a new run");
   }
   const auto& groups = optimizer.param_groups();
   if (state.get_int("groups") != static_cast<std::int64_t>(groups.size())) {

@@ -202,7 +202,8 @@ TEST_SUITE("checkpoint") {
     auto sgd_model = copy_of(model);
     auto sgd_optimizer = sgd(sgd_model->parameters(), 0.05);
     CHECK(error_text<baton::CheckpointError>([&] { baton::import_optimizer_state(*sgd_optimizer, named(sgd_model), state); }) ==
-          "optimizer state was saved from a adam optimizer, but this one is sgd");
+          "optimizer state was saved from optimizer 'adam', but this run's optimizer is 'sgd': continue with the "
+          "checkpoint's optimizer (optimizer.name = \"adam\"), or start a new run");  // not "a adam" (issue 24 §11)
 
     baton::StateDict no_lr = state;
     no_lr.set_scalars_json(R"({"type": "adam", "groups": 1, "group0/params": 2})");

@@ -10,11 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
+#include "baton/model_tensors.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/safetensors_file.h"
 
@@ -171,6 +176,28 @@ class HeaderParser {
  private:
   [[noreturn]] void fail(const std::string& problem) const { throw SafetensorsError(path_, problem); }
 
+  // A file whose first 8 bytes, read as the header length, point past its end is rarely a truncated safetensors
+  // file: name what it looks like instead of quoting a length of 8 bytes of text. "" when nothing is recognised.
+  static std::string other_format(const std::array<unsigned char, 8>& head) {
+    const std::string expected = " (a safetensors file starts with its header's length, 8 bytes little-endian, then "
+                                 "a JSON header)";
+    if (head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4)
+      return "not a safetensors file: a zip archive, as torch.save and TorchScript write" + expected;
+    if (head[0] == 0x1f && head[1] == 0x8b) return "not a safetensors file: gzip-compressed data" + expected;
+    if (head[0] == 0x80 && head[1] >= 2 && head[1] <= 5) return "not a safetensors file: a Python pickle" + expected;
+    std::string text;
+    for (unsigned char c : head) {
+      if (c == '\n' || c == '\r' || c == '\t') {
+        text += c == '\n' ? "\\n" : c == '\r' ? "\\r" : "\\t";
+      } else if (c >= 0x20 && c < 0x7f) {
+        text += static_cast<char>(c);
+      } else {
+        return "";
+      }
+    }
+    return "not a safetensors file: it starts with the text \"" + text + "\"" + expected;
+  }
+
   std::uint64_t read_header_length(const SafetensorsFile& file) const {
     if (file.file_bytes() < 8) {
       fail("truncated: file has " + std::to_string(file.file_bytes()) +
@@ -181,6 +208,7 @@ class HeaderParser {
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | length[i];
     if (n > file.file_bytes() - 8) {
+      if (const std::string other = other_format(length); !other.empty()) fail(other);
       fail("truncated: header says " + std::to_string(n) + " bytes, file has " + std::to_string(file.file_bytes() - 8) +
            " after the 8-byte length");
     }
@@ -401,6 +429,39 @@ SafetensorsContents read_safetensors(const std::string& path) {
     contents.tensors.emplace_back(entry.name, std::move(tensor));
   }
   return contents;
+}
+
+std::size_t load_safetensors_into(torch::nn::Module& module, const std::string& path, bool strict) {
+  const SafetensorsContents file = read_safetensors(path);
+  const auto fail = [&](const std::string& problem) { throw SafetensorsError(path, problem); };
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& [name, tensor] : file.tensors) by_name[name] = &tensor;
+  c10::NoGradGuard no_grad;
+  std::size_t loaded = 0;
+  std::set<std::string> used;
+  for (auto& item : model_tensors(module)) {
+    auto it = by_name.find(item.name);
+    if (it == by_name.end()) {
+      if (strict)
+        fail("the module's " + std::string(item.parameter ? "parameter" : "buffer") + " '" + item.name +
+             "' is not in the file (load_safetensors_into with strict = false loads the names both have)");
+      continue;
+    }
+    const at::Tensor& value = *it->second;
+    if (value.sizes() != item.tensor.sizes()) {
+      std::ostringstream shapes;
+      shapes << "tensor '" << item.name << "' is " << value.sizes() << " in the file but " << item.tensor.sizes()
+             << " in the module";
+      fail(shapes.str());
+    }
+    item.tensor.copy_(value);  // converts dtype and device
+    used.insert(item.name);
+    ++loaded;
+  }
+  if (strict)
+    for (const auto& [name, tensor] : file.tensors)
+      if (used.count(name) == 0) fail("tensor '" + name + "' belongs to no parameter or buffer of the module");
+  return loaded;
 }
 
 }  // namespace baton

@@ -18,6 +18,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <torch/nn/module.h>
 
 #include "baton/error.h"
 #include "baton/safetensors.h"
@@ -45,6 +46,18 @@ std::string problem_of(const fs::path& path) {
   } catch (const baton::SafetensorsError& e) {
     CHECK(e.file() == path.string());
     CHECK(std::string(e.what()).rfind(path.string() + ": ", 0) == 0);
+    return e.problem();
+  }
+  return "<no SafetensorsError>";
+}
+
+// The problem `load` reports as a SafetensorsError about `path`.
+template <class Load>
+std::string problem_of(const std::string& path, Load load) {
+  try {
+    load();
+  } catch (const baton::SafetensorsError& e) {
+    CHECK(e.file() == path);
     return e.problem();
   }
   return "<no SafetensorsError>";
@@ -193,6 +206,13 @@ TEST_SUITE("checkpoint") {
     CHECK(contains(problem_of_bytes(dir, le64(1234) + std::string(992, ' ')),
                    "truncated: header says 1234 bytes, file has 992"));
     CHECK(contains(problem_of_bytes(dir, crafted("{\"a\": ", "")), "invalid JSON header"));
+    // Files of other formats are named as such, not as a safetensors file of an absurd header (issue 24 §11).
+    CHECK(contains(problem_of_bytes(dir, "x;y\r\n1;2\r\n3;4\r\n"),
+                   "not a safetensors file: it starts with the text \"x;y\\r\\n1;2\" (a safetensors file"));
+    CHECK(contains(problem_of_bytes(dir, std::string("PK\x03\x04", 4) + std::string(40, '\0')),
+                   "not a safetensors file: a zip archive, as torch.save and TorchScript write"));
+    CHECK(contains(problem_of_bytes(dir, std::string("\x80\x02}q\x00(X\x01\x00\x00\x00", 13) + std::string(40, 'a')),
+                   "not a safetensors file: a Python pickle"));
     CHECK(contains(problem_of_bytes(dir, crafted("[1, 2]  ", "")), "header is a JSON array, expected an object"));
     CHECK(contains(problem_of_bytes(dir, crafted(R"({"a":{"dtype":"F8","shape":[4],"data_offsets":[0,4]}})", "    ")),
                    "tensor 'a': unknown dtype 'F8'"));
@@ -225,6 +245,45 @@ TEST_SUITE("checkpoint") {
                                                  R"("data_offsets":[0,0]}})", "")),
                    "shape too large"));
     CHECK(contains(problem_of(dir / "does-not-exist.safetensors"), "cannot open"));
+  }
+
+  TEST_CASE("load_safetensors_into loads named tensors into a module by name, strictly or not (issue 24 §22)") {
+    struct Inner : torch::nn::Module {
+      Inner() { weight = register_parameter("weight", at::zeros({2, 3})); }
+      at::Tensor weight;
+    };
+    struct Outer : torch::nn::Module {
+      Outer() {
+        inner = register_module("inner", std::make_shared<Inner>());
+        count = register_buffer("count", at::zeros({}, at::kLong));
+      }
+      std::shared_ptr<Inner> inner;
+      at::Tensor count;
+    };
+    auto dir = baton::test::scratch_dir("safetensors_into_module");
+    const auto file = (dir / "weights.safetensors").string();
+    // float64 in the file: converted to the module's float32.
+    baton::write_safetensors(file, {{"inner.weight", at::arange(6, at::kDouble).reshape({2, 3})},
+                                    {"count", at::full({}, 7, at::kLong)}});
+    Outer model;
+    const at::Tensor held = model.inner->weight;  // what an optimizer holds: loaded in place
+    CHECK(baton::load_safetensors_into(model, file) == 2);
+    CHECK(at::equal(held, at::arange(6, at::kFloat).reshape({2, 3})));
+    CHECK(model.count.item<std::int64_t>() == 7);
+    CHECK(held.requires_grad());  // still the parameter, gradients on
+
+    baton::write_safetensors(file, {{"inner.weight", at::zeros({3, 2})}});
+    CHECK(contains(problem_of(file, [&] { baton::load_safetensors_into(model, file, false); }),
+                   "tensor 'inner.weight' is [3, 2] in the file but [2, 3] in the module"));
+    baton::write_safetensors(file, {{"inner.weight", at::ones({2, 3})}, {"extra", at::zeros({1})}});
+    CHECK(contains(problem_of(file, [&] { baton::load_safetensors_into(model, file); }),
+                   "the module's buffer 'count' is not in the file"));
+    CHECK(baton::load_safetensors_into(model, file, /*strict=*/false) == 1);
+    CHECK(model.inner->weight.sum().item<double>() == 6.0);
+    baton::write_safetensors(file, {{"inner.weight", at::ones({2, 3})}, {"count", at::zeros({}, at::kLong)},
+                                    {"extra", at::zeros({1})}});
+    CHECK(contains(problem_of(file, [&] { baton::load_safetensors_into(model, file); }),
+                   "tensor 'extra' belongs to no parameter or buffer of the module"));
   }
 
   TEST_CASE("safetensors: damaged real files are rejected") {

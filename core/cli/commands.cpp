@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "config/config.h"
 #include "baton/plugin_loader.h"
 #include "posthoc_command.h"  // posthoc
+#include "sdk/exception_text.h"
+#include "sdk/nearest.h"
 #include "trainer/run.h"
 
 namespace {
@@ -31,12 +34,14 @@ constexpr int kExitInterrupted = 130;
 struct CommonArgs {
   std::string config_path;
   std::vector<std::string> sets;
+  std::string seed;  // --seed N: run.seed, checked as the config's key is
   bool allow_insecure = false;
 };
 
 void add_common(CLI::App* cmd, CommonArgs& args) {
   cmd->add_option("config", args.config_path, "TOML run configuration")->required();
-  cmd->add_option("--set", args.sets, "override a key: section.key=value (repeatable)");
+  cmd->add_option("--set", args.sets, "override a key: section.key=value (repeatable); section.key= removes it");
+  cmd->add_option("--seed", args.seed, "the run's seed (run.seed), after every --set");
   cmd->add_flag("--allow-insecure-plugins", args.allow_insecure,
                 "load plugin files even when others may write to them");
 }
@@ -44,7 +49,33 @@ void add_common(CLI::App* cmd, CommonArgs& args) {
 baton::RunConfig load(const CommonArgs& args) {
   std::vector<baton::Override> overrides;
   for (const auto& s : args.sets) overrides.push_back(baton::Override::parse(s));
+  if (!args.seed.empty()) overrides.push_back(baton::Override{"run.seed", args.seed, "--seed " + args.seed});
   return baton::load_config(args.config_path, overrides);
+}
+
+// A checkpoint folder named on the command line that is not there is a usage error (exit 2), not a failure of the
+// run: say so before anything is built, with the checkpoints that are beside it.
+void require_checkpoint_folder(const std::string& option, const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::is_directory(folder, error)) return;
+  const fs::path parent = fs::path(folder).parent_path().empty() ? fs::path(".") : fs::path(folder).parent_path();
+  std::vector<std::string> beside;
+  if (fs::is_directory(parent, error))
+    for (const auto& entry : fs::directory_iterator(parent, error))
+      if (entry.is_directory(error) && fs::exists(entry.path() / "meta.json", error))
+        beside.push_back(entry.path().filename().string());
+  std::sort(beside.begin(), beside.end());
+  std::string message = fs::exists(folder, error) ? "not a folder" : "no such checkpoint folder";
+  if (!beside.empty()) {
+    std::string names;
+    for (const auto& name : beside) names += (names.empty() ? "" : ", ") + name;
+    message += baton::detail::did_you_mean(fs::path(folder).filename().string(), beside) + "; the checkpoints in " +
+               parent.string() + ": " + names;
+  } else {
+    message += "; a checkpoint is a folder of a run's checkpoints/ (ep1, ba500, ...), or use --resume auto";
+  }
+  throw baton::ConfigError(baton::SourceLocation{option + " " + folder, 0, 0}, "", message);
 }
 
 std::string fixed(double value, int precision = 4) {
@@ -61,14 +92,17 @@ void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
     for (const auto& [name, value] : record.metrics)
       if (name.rfind("eval", 0) == 0 && std::find(columns.begin(), columns.end(), name) == columns.end())
         columns.push_back(name);
+  // Each column as wide as its name (at least 16): a long name (eval_raw/accuracy) must not shift the values.
+  std::vector<int> widths;
+  for (const auto& c : columns) widths.push_back(std::max(16, static_cast<int>(c.size())));
   std::printf("\n%6s %8s", "epoch", "batch");
-  for (const auto& c : columns) std::printf(" %16s", c.c_str());
+  for (std::size_t i = 0; i < columns.size(); ++i) std::printf(" %*s", widths[i], columns[i].c_str());
   std::printf("\n");
   for (const auto& record : evals) {
     std::printf("%6lld %8lld", static_cast<long long>(record.at.epoch), static_cast<long long>(record.at.batch));
-    for (const auto& c : columns) {
-      auto it = record.metrics.find(c);
-      std::printf(" %16s", it == record.metrics.end() ? "-" : fixed(it->second).c_str());
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      auto it = record.metrics.find(columns[i]);
+      std::printf(" %*s", widths[i], it == record.metrics.end() ? "-" : fixed(it->second).c_str());
     }
     std::printf("\n");
   }
@@ -85,6 +119,7 @@ baton::RunOptions inference_options(const CommonArgs& args, const std::string& w
 }
 
 int run_train(const CommonArgs& args, const std::string& resume, bool trace, bool quiet) {
+  if (!resume.empty() && resume != "auto") require_checkpoint_folder("--resume", resume);
   baton::RunConfig config = load(args);
   baton::RunOptions options;
   options.resume = resume;
@@ -119,7 +154,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   return result.stop_cause == baton::StopCause::interrupted ? kExitInterrupted : 0;
 }
 
-int run_check(const CommonArgs& args) {
+int run_check(const CommonArgs& args, bool print) {
   baton::RunConfig config = load(args);
   baton::check_machine(config);
   std::vector<baton::LoadedPlugin> plugins;
@@ -131,11 +166,13 @@ int run_check(const CommonArgs& args) {
   }
   // The components as train would build them (the data is loaded): a bad key of any of them is found here.
   baton::build_components(config);
+  if (print) std::printf("%s\n", baton::resolved_config_text(config).c_str());
   std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins.size(), plugins.size() == 1 ? "" : "s");
   return 0;
 }
 
 int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::string& weights) {
+  require_checkpoint_folder("--checkpoint", checkpoint);
   baton::RunConfig config = load(args);
   auto run = baton::build_run(config, inference_options(args, weights));
   auto results = run->trainer->evaluate_standalone(checkpoint);
@@ -159,6 +196,7 @@ struct PredictArgs {
 // The outputs, the predicted class and (when the set has them) the targets of every sample, in the set's order,
 // to a safetensors file that is whole or absent.
 int run_predict(const CommonArgs& args, const PredictArgs& predict) {
+  require_checkpoint_folder("--checkpoint", predict.checkpoint);
   baton::RunConfig config = load(args);
   auto run = baton::build_run(config, inference_options(args, predict.weights));
   const baton::Dataset& data = predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
@@ -171,12 +209,12 @@ int run_predict(const CommonArgs& args, const PredictArgs& predict) {
     tensors.emplace_back("predictions", result.predictions);
   if (result.targets.defined() && !result.outputs.has("targets")) tensors.emplace_back("targets", result.targets);
   const std::map<std::string, std::string> metadata{{"baton.checkpoint", predict.checkpoint},
-                                                    {"baton.weights", predict.weights.empty() ? "default" : predict.weights},
+                                                    {"baton.weights", result.weights.empty() ? "raw" : result.weights},
                                                     {"baton.dataset", data.name}};
   baton::write_safetensors_atomic(predict.output, tensors, metadata);
-  std::printf("%s: outputs of %lld samples of %s (checkpoint %s)\n", predict.output.c_str(),
+  std::printf("%s: outputs of %lld samples of %s (checkpoint %s, %s weights)\n", predict.output.c_str(),
               static_cast<long long>(result.outputs.defined() ? result.outputs.main().size(0) : 0), data.name.c_str(),
-              predict.checkpoint.c_str());
+              predict.checkpoint.c_str(), (result.weights.empty() ? "raw" : result.weights).c_str());
   return 0;
 }
 
@@ -245,6 +283,8 @@ int cli_main(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "validate a config file and its plugins; exit 0 or 2");
   add_common(check, check_args);
+  bool print_config = false;
+  check->add_flag("--print", print_config, "print the resolved configuration, defaults filled in");
 
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation set");
   add_common(eval, eval_args);
@@ -289,6 +329,21 @@ int cli_main(int argc, char** argv) {
   auto* posthoc = baton::cli::add_posthoc_subcommand(app, posthoc_args);
   // --- end posthoc ---
 
+  // An unknown first word would read "A subcommand is required": name the word, the nearest command and them all.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    const CLI::App& commands = app;
+    for (const auto* sub : commands.get_subcommands([](const CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    const std::string word = argv[1];
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      std::fprintf(stderr, "error: unknown command '%s'%s; the commands are %s (baton --help)\n", word.c_str(),
+                   baton::detail::did_you_mean(word, names).c_str(), all.c_str());
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -298,7 +353,7 @@ int cli_main(int argc, char** argv) {
 
   try {
     if (*train) return run_train(train_args, resume, trace, quiet);
-    if (*check) return run_check(check_args);
+    if (*check) return run_check(check_args, print_config);
     if (*eval) return run_eval(eval_args, checkpoint, weights);
     if (*predict) return run_predict(predict_args, predict_options);
     if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
@@ -315,7 +370,8 @@ int cli_main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    // A LibTorch error that reached here without context still comes without its C++ backtrace.
+    std::fprintf(stderr, "error: %s\n", baton::detail::exception_text(e).c_str());
     return kExitFailure;
   } catch (...) {
     // Calls into plugins convert what they throw; this is the last line against anything that slips past, so the

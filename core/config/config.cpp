@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/toml_node.h"
+#include "sdk/nearest.h"
 
 namespace baton {
 namespace {
@@ -70,10 +71,7 @@ void record_locations(const PluginConfig& view, const std::string& section, cons
 Time read_time(const PluginConfig& s, std::string_view key, Time fallback, const std::vector<TimeUnit>& units,
                TimeZero zero) {
   if (!s.has(key)) return fallback;
-  const Time time = s.get_time(key, units, zero);
-  if (time.unit() == TimeUnit::duration && time.value() > 1)
-    s.fail(key, "expected a fraction of the run <= 1dur, got string " + quote(s.get<std::string>(key)));
-  return time;
+  return s.get_time(key, units, zero);  // (a fraction beyond 1dur is refused there, for every key)
 }
 
 std::string read_device(const PluginConfig& s, std::string_view key, const std::string& fallback) {
@@ -133,6 +131,7 @@ void read_trainer(const PluginConfig& s, TrainerSection& trainer) {
     s.fail("precision", "amp_fp16 needs a CUDA device (trainer.device is \"" + trainer.device +
                             "\"); on the CPU use amp_bf16, which needs no loss scaling");
   trainer.progress = s.get_or<bool>("progress", trainer.progress);
+  trainer.allow_nonfinite = s.get_or<bool>("allow_nonfinite", trainer.allow_nonfinite);
 }
 
 void read_checkpoint(const PluginConfig& s, CheckpointSection& checkpoint) {
@@ -318,6 +317,13 @@ toml::table parse_override_value(const Override& o, const std::string& origin) {
     toml::table parsed = toml::parse("x = " + o.value, origin);
     if (parsed.size() == 1 && parsed.contains("x")) return parsed;
   } catch (const toml::parse_error&) {
+    // An integer TOML cannot hold would otherwise become a string, and the key would report "expected an
+    // integer, got string": say what is wrong with it instead.
+    std::string_view digits = o.value;
+    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+    if (!digits.empty() && digits.find_first_not_of("0123456789_") == std::string_view::npos)
+      throw ConfigError(SourceLocation{origin, 0, 0}, o.key,
+                        "integer " + o.value + " does not fit in 64 bits (the largest is 9223372036854775807)");
     // not a TOML value: taken as a string below
   }
   try {
@@ -370,7 +376,8 @@ toml::table* find_plugin(toml::table& root, const std::string& selector, const O
   if (found == nullptr) {
     std::vector<std::string_view> shown(names.begin(), names.end());
     throw ConfigError(at, o.key,
-                      "unknown plugin '" + selector + "'; the [[plugins]] entries are " +
+                      "unknown plugin '" + selector + "'" + detail::did_you_mean(selector, names) +
+                          "; the [[plugins]] entries are " +
                           (shown.empty() ? std::string("(none with a name)") : join(shown, "'")) +
                           ", or use the 0-based index");
   }
@@ -394,20 +401,41 @@ void assign(toml::table& table, const std::vector<std::string>& path, std::size_
   value.get("x")->visit([&](auto& concrete) { target->insert_or_assign(key, std::move(concrete)); });
 }
 
+/// Removes table[path...] (`--set key=`): the key then takes its default. Removing a key that is not there is
+/// not an error (the result is the same: the default).
+void remove_key(toml::table& table, const std::vector<std::string>& path, std::size_t first) {
+  toml::table* target = &table;
+  for (std::size_t i = first; i + 1 < path.size() && target != nullptr; ++i) {
+    toml::node* next = target->get(path[i]);
+    target = next != nullptr ? next->as_table() : nullptr;
+  }
+  if (target != nullptr) target->erase(path.back());
+}
+
 void apply_override(toml::table& root, const Override& o) {
-  const SourceLocation at{"--set " + o.key + "=" + o.value, 0, 0};
+  const SourceLocation at{o.origin.empty() ? "--set " + o.key + "=" + o.value : o.origin, 0, 0};
   const std::vector<std::string> parts = split_key(o, at);
   const std::string& section = parts.front();
   if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
     throw ConfigError(at, o.key, "unknown section '" + section + "'; expected one of " + join(kSections));
   if (parts.size() < 2) throw ConfigError(at, o.key, "expected section.key (e.g. trainer.max_duration)");
-  toml::table value = parse_override_value(o, at.file);
+  // An empty value removes the key (its default applies); a quoted empty string ('""') sets one.
+  const bool remove = o.value.empty();
+  toml::table value = remove ? toml::table{} : parse_override_value(o, at.file);
   if (section == "plugins") {
     if (parts.size() < 3) throw ConfigError(at, o.key, "expected plugins.<index or name>.<key>");
-    if (toml::table* plugin = find_plugin(root, parts[1], o, at)) assign(*plugin, parts, 2, value, o, at);
+    if (toml::table* plugin = find_plugin(root, parts[1], o, at)) {
+      if (remove && (parts[2] == "name" || parts[2] == "path"))
+        throw ConfigError(at, o.key, "a [[plugins]] entry needs its " + parts[2] + ": it cannot be removed");
+      remove ? remove_key(*plugin, parts, 2) : assign(*plugin, parts, 2, value, o, at);
+    }
     return;
   }
   if (parts.size() != 2) throw ConfigError(at, o.key, "expected " + section + ".<key>");
+  if (remove) {
+    if (toml::table* table = root.get(section) ? root.get(section)->as_table() : nullptr) remove_key(*table, parts, 1);
+    return;
+  }
   toml::node* node = root.get(section);
   if (node == nullptr) node = &root.insert_or_assign(section, toml::table{}).first->second;
   // A section that is not a table is reported, with its own location, when the sections are read.
@@ -429,14 +457,117 @@ Override Override::parse(std::string_view text) {
   while (!key.empty() && key.back() == ' ') key.remove_suffix(1);
   while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
   if (key.empty()) throw ConfigError(at, "", "expected section.key=value, got an empty key");
-  return Override{std::string(key), std::string(text.substr(eq + 1))};
+  return Override{std::string(key), std::string(text.substr(eq + 1)), ""};
 }
 
 RunConfig parse_config(std::string_view toml_text, const std::string& source, const std::vector<Override>& overrides) {
   const Context ctx = make_context(source);
   toml::table root = parse_table(toml_text, source);
   for (const Override& o : overrides) apply_override(root, o);
-  return build(root, ctx);
+  // What a checkpoint records is what the run used: the file as the overrides left it (docs/checkpoints.md).
+  // Written before build(), which hands the sections' tables over to the components' configs.
+  std::ostringstream resolved;
+  resolved << "# " << source << (overrides.empty() ? "" : " with");
+  for (const Override& o : overrides)
+    resolved << " " << (o.origin.empty() ? "--set " + o.key + "=" + o.value : o.origin);
+  resolved << "\n" << root << "\n";
+  RunConfig config = build(root, ctx);
+  config.resolved_text = resolved.str();
+  return config;
+}
+
+std::string resolved_config_text(const RunConfig& c) {
+  toml::table root;
+  try {
+    // The first line is the comment naming the file and the overrides.
+    root = toml::parse(c.resolved_text);
+  } catch (const toml::parse_error&) {
+    return c.resolved_text;
+  }
+  const auto section = [&](const char* name) -> toml::table& {
+    if (!root.contains(name) || !root[name].is_table()) root.insert_or_assign(name, toml::table{});
+    return *root[name].as_table();
+  };
+  const auto time = [](const Time& t) { return t.str(); };
+  toml::table& run = section("run");
+  run.insert_or_assign("name", c.run.name);
+  run.insert_or_assign("dir", c.run.dir);
+  run.insert_or_assign("seed", c.run.seed);
+  toml::table& data = section("data");
+  data.insert_or_assign("name", c.data.name);
+  data.insert_or_assign("batch_size", c.data.batch_size);
+  data.insert_or_assign("eval_batch_size", c.data.eval_batch_size);
+  data.insert_or_assign("workers", c.data.workers);
+  data.insert_or_assign("prefetch", c.data.prefetch);
+  section("model").insert_or_assign("name", c.model.name);
+  section("optimizer").insert_or_assign("name", c.optimizer.name);
+  section("scheduler").insert_or_assign("name", c.scheduler.name);
+  if (!c.loss.name.empty()) section("loss").insert_or_assign("name", c.loss.name);
+  toml::table& trainer = section("trainer");
+  trainer.insert_or_assign("max_duration", time(c.trainer.max_duration));
+  trainer.insert_or_assign("eval_interval", time(c.trainer.eval_interval));
+  trainer.insert_or_assign("device", c.trainer.device);
+  trainer.insert_or_assign("threads", c.trainer.threads);
+  trainer.insert_or_assign("log_interval", time(c.trainer.log_interval));
+  trainer.insert_or_assign("microbatch_size", c.trainer.microbatch_size);
+  trainer.insert_or_assign("precision", c.trainer.precision);
+  trainer.insert_or_assign("progress", c.trainer.progress);
+  trainer.insert_or_assign("allow_nonfinite", c.trainer.allow_nonfinite);
+  toml::table& checkpoint = section("checkpoint");
+  checkpoint.insert_or_assign("save_interval", time(c.checkpoint.save_interval));
+  checkpoint.insert_or_assign("keep_last", c.checkpoint.keep_last);
+  checkpoint.insert_or_assign("dir", c.checkpoint.dir);
+  toml::table& distributed = section("distributed");
+  distributed.insert_or_assign("backend", c.distributed.backend);
+  distributed.insert_or_assign("timeout_seconds", c.distributed.timeout_seconds);
+  toml::table& search = section("plugin_search");
+  toml::array paths;
+  for (const auto& p : c.plugin_search_paths) paths.push_back(p);
+  search.insert_or_assign("paths", std::move(paths));
+  search.insert_or_assign("allow_insecure", c.allow_insecure_plugins);
+  std::ostringstream out;
+  const std::string first_line = c.resolved_text.substr(0, c.resolved_text.find('\n'));
+  out << first_line << "\n# every key of baton's own sections at its value (defaults filled in); a component's own "
+      << "keys as given (their defaults: baton plugins)\n"
+      << (c.loss.name.empty() ? "# [loss] name: the data's task decides (cross_entropy for classes, mse for values)\n"
+                              : "")
+      << root << "\n";
+  return out.str();
+}
+
+std::vector<std::string> changed_settings(const std::string& before, const std::string& after,
+                                          const std::vector<std::string>& sections) {
+  toml::table old_root, new_root;
+  try {
+    old_root = toml::parse(before);
+    new_root = toml::parse(after);
+  } catch (const toml::parse_error&) {
+    return {};
+  }
+  const auto text = [](const toml::node* node) {
+    if (node == nullptr) return std::string("not set");
+    std::ostringstream out;
+    node->visit([&](const auto& value) { out << value; });
+    return out.str();
+  };
+  std::vector<std::string> changed;
+  for (const auto& section : sections) {
+    const toml::table* a = old_root[section].as_table();
+    const toml::table* b = new_root[section].as_table();
+    std::vector<std::string> keys;
+    for (const toml::table* t : {a, b})
+      if (t != nullptr)
+        for (const auto& [key, node] : *t)
+          if (std::find(keys.begin(), keys.end(), std::string(key.str())) == keys.end()) keys.emplace_back(key.str());
+    std::sort(keys.begin(), keys.end());
+    for (const auto& key : keys) {
+      const toml::node* x = a ? a->get(key) : nullptr;
+      const toml::node* y = b ? b->get(key) : nullptr;
+      const std::string was = text(x), now = text(y);
+      if (was != now) changed.push_back(section + "." + key + " (" + was + ", now " + now + ")");
+    }
+  }
+  return changed;
 }
 
 RunConfig load_config(const std::string& path, const std::vector<Override>& overrides) {

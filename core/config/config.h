@@ -50,6 +50,7 @@ struct TrainerSection {
   std::int64_t microbatch_size = 0;  // >= 0; split each batch into microbatches of this size; 0: no split
   std::string precision = "fp32";  // fp32 | amp_bf16 | amp_fp16 (CUDA only)
   bool progress = true;  // a progress bar when stderr is a terminal
+  bool allow_nonfinite = false;  // true: a run ending with NaN/inf weights succeeds (TrainerOptions::allow_nonfinite)
 };
 
 struct CheckpointSection {
@@ -102,6 +103,9 @@ struct RunConfig {
   /// Where each key given in the file or a --set is ("data.batch_size" -> file, line, column), for the checks made
   /// after parsing (against the data and the machine) to point at the key like every other error.
   std::map<std::string, SourceLocation> locations;
+  /// The configuration as the run uses it: the file with every --set applied, as TOML, headed by a comment naming
+  /// the file and the overrides. Checkpoints store it (meta.json's "config").
+  std::string resolved_text;
 
   /// The location of `key`, or the config file (line 0) for a key left at its default.
   SourceLocation where(const std::string& key) const;
@@ -112,7 +116,8 @@ struct RunConfig {
 /// Plugin keys: "plugins.<index or name>.<key>".
 struct Override {
   std::string key;
-  std::string value;
+  std::string value;   // "" removes the key (its default applies)
+  std::string origin;  // where it came from in errors ("--seed 7"); empty: "--set key=value"
   static Override parse(std::string_view text);  // "a.b=c"; throws ConfigError for a missing '=' or empty key
 };
 
@@ -121,5 +126,16 @@ RunConfig load_config(const std::string& path, const std::vector<Override>& over
 /// The same for a TOML text; `source` names it in errors.
 RunConfig parse_config(std::string_view toml_text, const std::string& source,
                        const std::vector<Override>& overrides = {});
+
+/// `config` as TOML with every key of baton's own sections at its value, defaults filled in ([run], [data]'s loader
+/// keys, [trainer], [checkpoint], [distributed], [plugin_search], each component's name); a component's own keys
+/// (a model's widths, an optimizer's lr, a plugin's) as given, their defaults being the component's (`baton
+/// plugins`). For `baton check --print`.
+std::string resolved_config_text(const RunConfig& config);
+
+/// The keys of `sections` ("data", "model") whose values differ between two resolved configurations, as
+/// "data.train_subset (1000, now 2000)"; empty when either text is not TOML (a program's own config_text).
+std::vector<std::string> changed_settings(const std::string& before, const std::string& after,
+                                          const std::vector<std::string>& sections);
 
 }  // namespace baton

@@ -393,6 +393,63 @@ path = "/opt/libcustom.so"
     CHECK(failure("", {"run..seed=1"}).key == "run..seed");
   }
 
+  TEST_CASE("issue 24 §17: --set key= removes a key, an integer beyond 64 bits says so, --seed is located") {
+    const std::string file = "[run]\nseed = 5\n[optimizer]\nname = \"sgd\"\nmomentum = 0.5\n"
+                             "[[plugins]]\nname = \"ema\"\ndecay = 0.9\n";
+    // Removed: the default applies (seed 42, config.md's default; sgd reads its own momentum default).
+    const RunConfig removed = parse(file, {"run.seed=", "optimizer.momentum=", "plugins.ema.decay=", "run.absent="});
+    CHECK(removed.run.seed == 42);
+    CHECK_FALSE(removed.optimizer.config.has("momentum"));
+    CHECK_FALSE(removed.plugins[0].config.has("decay"));
+    // So `--set optimizer.name=adam` on an sgd file works once sgd's key is removed (config.md).
+    CHECK(parse(file, {"optimizer.momentum=", "optimizer.name=adam"}).optimizer.name == "adam");
+    // A quoted empty string is a value, not a removal (and run.name refuses it).
+    CHECK(failure(file, {"run.name=\"\""}).what ==
+          "--set run.name=\"\": run.name: expected a non-empty string, got string \"\"");
+    CHECK(failure(file, {"plugins.ema.name="}).what ==
+          "--set plugins.ema.name=: plugins.ema.name: a [[plugins]] entry needs its name: it cannot be removed");
+
+    CHECK(failure("", {"run.seed=99999999999999999999"}).what ==
+          "--set run.seed=99999999999999999999: run.seed: integer 99999999999999999999 does not fit in 64 bits (the "
+          "largest is 9223372036854775807)");
+    CHECK(failure("", {"data.batch_size=-99999999999999999999"}).what.find("does not fit in 64 bits") !=
+          std::string::npos);
+
+    std::vector<Override> seed{Override{"run.seed", "x", "--seed x"}};
+    try {
+      baton::parse_config("", "cfg.toml", seed);
+      FAIL("no ConfigError");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()) == "--seed x: run.seed: expected an integer, got string \"x\"");
+    }
+    seed[0].value = "7";
+    CHECK(baton::parse_config("", "cfg.toml", seed).run.seed == 7);
+  }
+
+  TEST_CASE("issue 24 §17: the resolved configuration, overrides applied and baton's defaults filled in") {
+    const RunConfig c = parse("[trainer]\nmax_duration = \"2ep\"\n[model]\nname = \"mlp\"\nwidths = [8]\n",
+                              {"run.seed=3", "trainer.max_duration=3ep"});
+    const std::string text = baton::resolved_config_text(c);
+    CHECK(text.rfind("# cfg.toml with --set run.seed=3 --set trainer.max_duration=3ep\n", 0) == 0);
+    const auto has = [&](const std::string& key, const std::string& value) {
+      return contains(text, key + " = " + value) || contains(text, key + " = '" + value + "'") ||
+             contains(text, key + " = \"" + value + "\"");
+    };
+    CHECK(has("seed", "3"));
+    CHECK(has("max_duration", "3ep"));
+    CHECK(has("eval_interval", "1ep"));       // a default (config.md)
+    CHECK(has("log_interval", "50ba"));       // a default
+    CHECK(has("batch_size", "128"));          // a default
+    CHECK(has("keep_last", "0"));
+    CHECK(has("backend", "gloo"));
+    CHECK(has("name", "sgd"));                // [optimizer]'s default component
+    CHECK((contains(text, "widths = [ 8 ]") || contains(text, "widths = [8]")));  // a component's key, as given
+    // It reads back as the same configuration.
+    const RunConfig again = parse(text);
+    CHECK(again.run.seed == 3);
+    CHECK(again.trainer.max_duration == Time(3, TimeUnit::epoch));
+  }
+
   TEST_CASE("Override::parse") {
     const Override o = Override::parse("trainer.max_duration=2ep");
     CHECK(o.key == "trainer.max_duration");

@@ -360,6 +360,11 @@ template BATON_API PluginConfig PluginConfig::get<PluginConfig>(std::string_view
 
 Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units) const {
   const Time time = get<Time>(key);
+  // A fraction of the run beyond the whole run is a point no run reaches: for every key (an interval, a warmup,
+  // a start) it is a mistake, so it is refused here once rather than by each reader.
+  if (time.unit() == TimeUnit::duration && time.value() > 1)
+    throw ConfigError(where(key), full_key(key),
+                      "expected a fraction of the run <= 1dur, got " + toml_detail::describe(*impl_->table->get(key)));
   if (units.empty() || std::find(units.begin(), units.end(), time.unit()) != units.end()) return time;
   std::string allowed;
   for (std::size_t i = 0; i < units.size(); ++i)

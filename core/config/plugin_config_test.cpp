@@ -192,6 +192,14 @@ TEST_SUITE("config") {
     CHECK(bad.unread_keys().empty());
   }
 
+  TEST_CASE("get_time refuses a fraction of the run beyond 1dur, for every key (issue 24 §8)") {
+    const PluginConfig c = PluginConfig::from_toml("warmup = \"1.5dur\"\nall = \"1dur\"\n", "cosine", "s.toml");
+    const std::vector<TimeUnit> units = {TimeUnit::batch, TimeUnit::epoch, TimeUnit::duration};
+    CHECK(error_of([&] { c.get_time("warmup", units); }) ==
+          "s.toml:1:10: plugins.cosine.warmup: expected a fraction of the run <= 1dur, got string \"1.5dur\"");
+    CHECK(c.get_time("all", units) == Time(1.0, TimeUnit::duration));
+  }
+
   TEST_CASE("get_time with TimeZero::rejected refuses a zero time, which an interval cannot be") {
     const PluginConfig c = PluginConfig::from_toml("every = \"0ba\"\nwarmup = \"0ep\"\nstep = \"2ba\"\n", "p", "p.toml");
     const std::vector<TimeUnit> batch_or_epoch = {TimeUnit::batch, TimeUnit::epoch};

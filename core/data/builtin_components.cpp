@@ -40,6 +40,10 @@ DatasetFactory idx_factory(const std::string& name, const std::string& default_p
     const std::string path = default_path.empty() ? config.get_text("path") : config.get_text_or("path", default_path);
     const std::int64_t train_subset = config.get_int_or("train_subset", 0, kNonNegative);
     const std::int64_t eval_subset = config.get_int_or("eval_subset", 0, kNonNegative);
+    // mnist and fashion-mnist are normalised with their own statistics; a folder of another IDX dataset says
+    // which it resembles, or "none".
+    const std::string statistics =
+        name == "idx" ? config.get_choice_or("normalize", "mnist", {"mnist", "fashion-mnist", "none"}) : name;
     std::error_code ec;
     if (!std::filesystem::is_directory(path, ec))
       config.fail("path", "no such folder: '" + path + "' (the IDX files go there" +
@@ -51,8 +55,10 @@ DatasetFactory idx_factory(const std::string& name, const std::string& default_p
       idx_dataset_size(path, /*train=*/true, train_subset);  // the headers first: a damaged file fails fast
       idx_dataset_size(path, /*train=*/false, eval_subset);
       if (context.need_train)
-        splits.train = std::make_shared<TensorDataset>(load_idx_dataset(path, /*train=*/true, train_subset, name));
-      splits.eval = std::make_shared<TensorDataset>(load_idx_dataset(path, /*train=*/false, eval_subset, name));
+        splits.train =
+            std::make_shared<TensorDataset>(load_idx_dataset(path, /*train=*/true, train_subset, name, statistics));
+      splits.eval =
+          std::make_shared<TensorDataset>(load_idx_dataset(path, /*train=*/false, eval_subset, name, statistics));
     } catch (const ConfigError&) {
       throw;
     } catch (const Error& e) {
@@ -179,7 +185,7 @@ DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context
   std::size_t target = 0;
   try {
     target = csv::find_column(separate_targets ? target_table : table, target_name,
-                              config.get_text(separate_targets ? "target_path" : "path"));
+                              config.get_text(separate_targets ? "target_path" : "path"), format.delimiter);
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {
@@ -238,7 +244,9 @@ void register_builtin_datasets(Components& components) {
   components.datasets.add("mnist",
                           "MNIST from IDX files (path default /usr/share/datasets/mnist); train_subset, eval_subset",
                           idx_factory("mnist", "/usr/share/datasets/mnist"));
-  components.datasets.add("idx", "any IDX image/label folder (path required); train_subset, eval_subset",
+  components.datasets.add("idx",
+                          "any IDX image/label folder (path required); train_subset, eval_subset, normalize "
+                          "(mnist | fashion-mnist | none)",
                           idx_factory("idx", ""));
   components.datasets.add("safetensors",
                           "named tensors of a safetensors file, read a batch's rows at a time (files larger than "

@@ -71,6 +71,19 @@ std::vector<std::string> split(const std::string& line, char delimiter) {
 
 bool blank_line(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
+// A file written with another separator (';' from a spreadsheet in a comma-decimal locale, tabs) reads as one
+// column whose cells hold the whole row: the hint names the key that reads it. "" when no other separator shows.
+std::string delimiter_hint(const std::string& text, char delimiter) {
+  for (const char other : {';', '\t', '|', ','}) {
+    if (other == delimiter || text.find(other) == std::string::npos) continue;
+    if (other == '\t' && delimiter == '\0') continue;  // "whitespace" already splits at tabs
+    const std::string key = other == '\t' ? "delimiter = \"whitespace\"" : "delimiter = \"" + std::string(1, other) + "\"";
+    const std::string shown = other == '\t' ? "tabs" : "'" + std::string(1, other) + "'";
+    return " (the cells look separated by " + shown + ": set " + key + " in [data])";
+  }
+  return "";
+}
+
 }  // namespace
 
 Table read_table(const std::string& path, const Format& format) {
@@ -111,7 +124,7 @@ Table read_table(const std::string& path, const Format& format) {
       const double value = cell.empty() ? 0 : std::strtod(cell.c_str(), &parsed_end);
       if (cell.empty() || parsed_end != cell.c_str() + cell.size() || !std::isfinite(value))
         throw Error(path + ":" + std::to_string(line_number) + ":" + std::to_string(c + 1) + ": not a number: \"" +
-                    cell + "\"");
+                    cell + "\"" + delimiter_hint(cell, format.delimiter));
       table.values.push_back(value);
     }
     ++table.rows;
@@ -122,7 +135,7 @@ Table read_table(const std::string& path, const Format& format) {
   return table;
 }
 
-std::size_t find_column(const Table& table, const std::string& target, const std::string& path) {
+std::size_t find_column(const Table& table, const std::string& target, const std::string& path, char delimiter) {
   for (std::size_t c = 0; c < table.names.size(); ++c)
     if (table.names[c] == target) return c;
   char* end = nullptr;
@@ -132,7 +145,8 @@ std::size_t find_column(const Table& table, const std::string& target, const std
     return static_cast<std::size_t>(index < 0 ? index + columns : index);
   std::string names;
   for (const auto& name : table.names) names += (names.empty() ? "" : ", ") + name;
-  throw Error(path + ": no column '" + target + "'; the columns are " + names + " (or an index from 0; -1 is the last)");
+  throw Error(path + ": no column '" + target + "'; the columns are " + names + " (or an index from 0; -1 is the last)" +
+              (table.names.size() == 1 ? delimiter_hint(table.names.front(), delimiter) : std::string()));
 }
 
 }  // namespace baton::csv

@@ -31,7 +31,7 @@ struct Table {
 Table read_table(const std::string& path, const Format& format);
 
 /// The column `target` names: a header name, or an index ("-1" is the last column). Throws baton::Error listing the
-/// names when there is no such column.
-std::size_t find_column(const Table& table, const std::string& target, const std::string& path);
+/// names when there is no such column (and, for a table of one column, the delimiter its name suggests).
+std::size_t find_column(const Table& table, const std::string& target, const std::string& path, char delimiter = ',');
 
 }  // namespace baton::csv

@@ -170,12 +170,22 @@ TEST_SUITE("data") {
     CHECK(one.targets[0].item<std::int64_t>() == 1);
   }
 
-  TEST_CASE("load_idx_dataset uses Fashion-MNIST statistics for a fashion folder and names missing files") {
+  TEST_CASE("load_idx_dataset takes its statistics from the dataset's name or a choice, not the path (issue 24 §20)") {
     const auto dir = test::scratch_dir("data-fashion-tiny");
     write_plain(dir / "t10k-images-idx3-ubyte", idx_bytes({1, 1, 1}, {255}));
     write_plain(dir / "t10k-labels-idx1-ubyte", idx_bytes({1}, {0}));
-    const TensorDataset test = load_idx_dataset(dir.string(), false);
-    CHECK(test.inputs.item<float>() == doctest::Approx((1.0 - 0.2860) / 0.3530).epsilon(1e-5));
+    // A folder whose path says "fashion" holding MNIST: MNIST's statistics, as its name says.
+    CHECK(load_idx_dataset(dir.string(), false, 0, "mnist").inputs.item<float>() ==
+          doctest::Approx((1.0 - 0.1307) / 0.3081).epsilon(1e-5));
+    CHECK(load_idx_dataset(dir.string(), false).inputs.item<float>() ==
+          doctest::Approx((1.0 - 0.1307) / 0.3081).epsilon(1e-5));
+    CHECK(load_idx_dataset(dir.string(), false, 0, "fashion-mnist").inputs.item<float>() ==
+          doctest::Approx((1.0 - 0.2860) / 0.3530).epsilon(1e-5));
+    CHECK(load_idx_dataset(dir.string(), false, 0, "idx", "fashion-mnist").inputs.item<float>() ==
+          doctest::Approx((1.0 - 0.2860) / 0.3530).epsilon(1e-5));
+    CHECK(load_idx_dataset(dir.string(), false, 0, "idx", "none").inputs.item<float>() == doctest::Approx(1.0));
+    CHECK(contains(error_text([&] { load_idx_dataset(dir.string(), false, 0, "idx", "cifar"); }),
+                   "unknown IDX statistics 'cifar'"));
 
     const auto missing_error = error_text([&] { load_idx_dataset(dir.string(), true); });
     CHECK(contains(missing_error, "train-images-idx3-ubyte.gz"));
@@ -268,6 +278,27 @@ TEST_SUITE("data") {
     CHECK_FALSE(spec.classification());
     CHECK(spec.output_size() == 2);
     CHECK(spec.describe() == "3 inputs, 2 regression targets");
+  }
+
+  TEST_CASE("issue 24 §19, §23: a TensorDataset without targets has its inputs' rows; classes come from the targets") {
+    TensorDataset inputs_only;
+    inputs_only.inputs = at::zeros({64, 3});
+    CHECK(inputs_only.size() == 64);
+    CHECK_FALSE(inputs_only.spec().has_targets());
+
+    TensorDataset three;  // targets 0, 2, 1, 2: three classes, not a default of ten
+    three.name = "three";
+    three.inputs = at::zeros({4, 3});
+    three.targets = at::zeros({4}, at::kLong);
+    three.targets[1] = 2;
+    three.targets[2] = 1;
+    three.targets[3] = 2;
+    CHECK(three.spec().num_classes == 3);
+    CHECK(three.spec().describe() == "3 inputs, 3 classes");
+    three.num_classes = 5;  // a split that lacks the highest classes says how many there are
+    CHECK(three.spec().num_classes == 5);
+    three.num_classes = 2;
+    CHECK(error_text([&] { three.spec(); }) == "dataset 'three': class target 2 is not below num_classes 2");
   }
 
   TEST_CASE("the sampler visits every sample once per epoch, reproducibly from (seed, epoch)") {
@@ -393,6 +424,15 @@ TEST_SUITE("data") {
     const std::string word = (dir / "word.csv").string();
     std::ofstream(word) << "a,b\n1,2\n3,abc\n";
     CHECK(error_text([&] { csv::read_table(word, csv::Format{}); }) == word + ":3:2: not a number: \"abc\"");
+    // Another separator than the one read with: the hint names the key (issue 24 §11).
+    const std::string semicolons = (dir / "semicolons.csv").string();
+    std::ofstream(semicolons) << "a;b;y\n1;2;0\n";
+    CHECK(error_text([&] { csv::read_table(semicolons, csv::Format{}); }) ==
+          semicolons + ":2:1: not a number: \"1;2;0\" (the cells look separated by ';': set delimiter = \";\" in [data])");
+    const std::string tabs = (dir / "tabs.csv").string();
+    std::ofstream(tabs) << "a\tb\n1\t2\n";
+    CHECK(error_text([&] { csv::read_table(tabs, csv::Format{}); }) ==
+          tabs + ":2:1: not a number: \"1\t2\" (the cells look separated by tabs: set delimiter = \"whitespace\" in [data])");
     const std::string missing = (dir / "missing.csv").string();
     CHECK(error_text([&] { csv::read_table(missing, csv::Format{}); }) ==
           missing + ": cannot open: No such file or directory");

@@ -28,12 +28,14 @@ struct Normalisation {
   double std;
 };
 
-// Statistics of the training split, used for both splits as torchvision's examples do.
-Normalisation normalisation_for(const std::string& folder) {
-  std::string lower = folder;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (lower.find("fashion") != std::string::npos) return {0.2860, 0.3530};
-  return {0.1307, 0.3081};
+// Statistics of the training split, used for both splits as torchvision's examples do. Chosen by the dataset's
+// name or an explicit choice, never by the folder's path: a folder's name says nothing reliable about its data.
+Normalisation normalisation_for(const std::string& name, const std::string& statistics) {
+  const std::string chosen = statistics.empty() ? (name == "fashion-mnist" ? "fashion-mnist" : "mnist") : statistics;
+  if (chosen == "fashion-mnist") return {0.2860, 0.3530};
+  if (chosen == "mnist") return {0.1307, 0.3081};
+  if (chosen == "none") return {0.0, 1.0};
+  throw Error("unknown IDX statistics '" + chosen + "': expected \"mnist\", \"fashion-mnist\" or \"none\"");
 }
 
 std::string find_idx_file(const std::string& folder, const std::string& stem) {
@@ -84,14 +86,16 @@ std::vector<float> make_patterns() {
 
 }  // namespace
 
-TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset, const std::string& name) {
+TensorDataset load_idx_dataset(const std::string& folder, bool train, std::int64_t subset, const std::string& name,
+                               const std::string& statistics) {
+  const Normalisation norm = normalisation_for(name, statistics);
   const std::string split = train ? "train" : "t10k";
   const std::string images_path = find_idx_file(folder, split + "-images-idx3-ubyte");
   const std::string labels_path = find_idx_file(folder, split + "-labels-idx1-ubyte");
 
   TensorDataset data;
   data.name = name + (train ? "/train" : "/test");
-  data.inputs = load_images(images_path, normalisation_for(folder));
+  data.inputs = load_images(images_path, norm);
   data.targets = load_labels(labels_path);
   if (data.inputs.size(0) != data.targets.size(0))
     throw Error("dataset folder '" + folder + "': " + images_path + " holds " + std::to_string(data.inputs.size(0)) +

@@ -273,7 +273,9 @@ TEST_SUITE("data") {
                    "plugins.safetensors.path: " + missing + ": cannot open: No such file or directory"));
     std::ofstream(dir / "text.safetensors") << "x,y\n1,2\n3,4\n";
     CHECK(contains(b.error("path = \"" + b.file("text") + "\""),
-                   "plugins.safetensors.path: " + b.file("text") + ": truncated: header says"));
+                   "plugins.safetensors.path: " + b.file("text") + ": not a safetensors file: it starts with the "
+                   "text \"x,y\\n1,2\\n\" (a safetensors file starts with its header's length, 8 bytes "
+                   "little-endian, then a JSON header)"));  // not "header says 8031924123371070824 bytes" (§11)
     // The file cut short: its last tensor's bytes end past the end.
     const std::string bytes = test::read_bytes(data);
     test::write_bytes(dir / "cut.safetensors", bytes.substr(0, bytes.size() - 3));

@@ -561,14 +561,21 @@ void ExponentialMovingAverage::set_smoothing(double smoothing) {
   impl_->options.smoothing = smoothing;
 }
 
-EmaSwapGuard::EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model) : ema_(ema), model_(model) {
+EmaSwapGuard::EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model, EmaGuardMode mode)
+    : ema_(ema), model_(model) {
   if (!ema_.swapped()) {
     ema_.swap(model_);
     swapped_ = true;
   }
+  // Evaluation by default: a train-mode forward would write batch statistics into the EMA's buffers.
+  if (mode == EmaGuardMode::eval && model_.is_training()) {
+    model_.eval();
+    restore_training_ = true;
+  }
 }
 
 EmaSwapGuard::~EmaSwapGuard() {
+  if (restore_training_) model_.train();
   if (!swapped_ || !ema_.swapped()) return;
   try {
     ema_.swap(model_);

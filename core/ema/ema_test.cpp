@@ -21,6 +21,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/optim/sgd.h>
 
 #include "baton/ema.h"
@@ -369,6 +370,37 @@ TEST_SUITE("ema") {
     }
     CHECK_FALSE(ema.swapped());
     CHECK(same_as(net, raw));
+  }
+
+  TEST_CASE("EmaSwapGuard evaluates in eval mode by default, so a forward leaves the EMA's statistics (issue 24 §21)") {
+    // A BatchNorm over 2 features; the batch [[0, 2], [2, 4]] has means [1, 3]: a train-mode forward moves the
+    // running mean from 0 to momentum 0.1 * [1, 3] = [0.1, 0.3] and counts one batch.
+    auto net = std::make_shared<torch::nn::BatchNorm1dImpl>(2);
+    baton::ExponentialMovingAverage ema(*net);
+    at::Tensor batch = at::zeros({2, 2});
+    batch[0][1] = 2;
+    batch[1][0] = 2;
+    batch[1][1] = 4;
+    net->train();
+    {
+      baton::EmaSwapGuard guard(ema, *net);
+      CHECK_FALSE(net->is_training());
+      net->forward(batch);
+    }
+    CHECK(net->is_training());  // the mode it found, back
+    CHECK(values(ema.get("running_mean")) == std::vector<double>{0, 0});
+    CHECK(ema.get("num_batches_tracked").item<std::int64_t>() == 0);
+    // Asked to keep the mode, the forward writes into the EMA, as documented.
+    {
+      baton::EmaSwapGuard guard(ema, *net, baton::EmaGuardMode::keep);
+      CHECK(net->is_training());
+      net->forward(batch);
+    }
+    const auto mean = values(ema.get("running_mean"));
+    CHECK(mean[0] == doctest::Approx(0.1));
+    CHECK(mean[1] == doctest::Approx(0.3));
+    CHECK(ema.get("num_batches_tracked").item<std::int64_t>() == 1);
+    CHECK(values(net->running_mean) == std::vector<double>{0, 0});  // the raw model's own statistics untouched
   }
 
   TEST_CASE("an SGD-with-momentum step after swap and swap back is bitwise the step without them") {

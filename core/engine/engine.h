@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "baton/plugin.h"
+#include "sdk/exception_text.h"
 
 namespace baton {
 
@@ -29,7 +30,7 @@ decltype(auto) call_plugin(Call&& call, Context&& context) {
   } catch (const ConfigError& e) {
     throw ConfigError(e);
   } catch (const std::exception& e) {
-    throw PluginError(context() + ": " + e.what());
+    throw PluginError(context() + ": " + detail::exception_text(e));  // a LibTorch error without its backtrace
   } catch (...) {
     throw PluginError(context() + ": it threw something that is not a std::exception");
   }

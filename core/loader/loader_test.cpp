@@ -474,6 +474,10 @@ TEST_SUITE("loader") {
     CHECK(contains(message, "\n  " + missing));
     CHECK(contains(message, "\n  " + copy.parent_path().string()));
     CHECK(contains(message, "\n  " + kFixtures.string()));
+    // A misspelt name gets the nearest names there and the command that lists them (issue 24 §11).
+    const std::string typo = plugin_error([&] { loader.resolve("fixture_goood"); });
+    CHECK(contains(typo, "plugin 'fixture_goood' not found (did you mean 'fixture_good'?): no fixture_goood.so in "
+                         "the plugin search path ('baton plugins' lists the plugins there); searched:"));
   }
 
   TEST_CASE("resolve finds plugins through BATON_PLUGIN_PATH, before the configured folders") {

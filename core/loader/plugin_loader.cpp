@@ -24,6 +24,7 @@
 #include <torch/version.h>
 
 #include "baton/components.h"
+#include "sdk/nearest.h"
 
 namespace baton {
 namespace {
@@ -339,8 +340,12 @@ std::string PluginLoader::resolve(const std::string& name) const {
   std::string searched;
   for (auto& dir : dirs) searched += "\n  " + dir;
   if (searched.empty()) searched = " (none: no built-in plugin folder, BATON_PLUGIN_PATH and [plugin_search] empty)";
-  throw PluginError("plugin '" + name + "' not found: no " + name + ".so in the plugin search path; searched:" +
-                    searched);
+  // The names that are there (file names only: nothing is loaded for a message), the closest first.
+  std::vector<std::string> names;
+  for (auto& dir : dirs)
+    for (auto& file : plugin_files_in(dir)) names.push_back(file.stem().string());
+  throw PluginError("plugin '" + name + "' not found" + detail::did_you_mean(name, names) + ": no " + name +
+                    ".so in the plugin search path ('baton plugins' lists the plugins there); searched:" + searched);
 }
 
 PluginInfo PluginLoader::inspect(const std::string& path) const { return open_plugin(path, options_).info; }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "baton/error.h"
 
@@ -32,8 +33,26 @@ std::string escape(const std::string& text) {
 
 std::string num(double v) {
   char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", v);
+  std::snprintf(buffer, sizeof buffer, "%.6g", v + 0.0);  // + 0.0: -0 prints as 0
   return buffer;
+}
+
+// The ticks k * step in [lo, hi], each computed from its integer k (not by repeated addition, whose rounding
+// turns the tick at zero into -1.4e-17, printed "-1.38778e-17" or "-0").
+std::vector<double> ticks(double lo, double hi, double step) {
+  std::vector<double> out;
+  for (double k = std::ceil(lo / step); k * step <= hi * (1 + 1e-12) + 1e-300; k += 1) {
+    const double t = k * step;
+    out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  }
+  return out;
+}
+
+// The dash pattern of the i-th series: the first solid, the others dashed, so a series drawn over another with
+// the same values (the EMA before it starts, and the raw weights) leaves the one below visible.
+const char* dash(std::size_t i) {
+  static const char* const kDashes[] = {"", "7 5", "2 4", "10 3 2 3"};
+  return kDashes[i % (sizeof kDashes / sizeof *kDashes)];
 }
 
 // A "nice" tick step (1, 2 or 5 times a power of ten) giving about `count` ticks over `span`.
@@ -76,12 +95,12 @@ std::string render_line_chart_svg(const std::vector<PlotSeries>& series, const P
   svg << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << plot_w << "\" height=\"" << plot_h
       << "\" fill=\"none\" stroke=\"#444\"/>\n";
   double ys = tick_step(y_max - y_min, 6);
-  for (double y = std::ceil(y_min / ys) * ys; y <= y_max; y += ys)
+  for (double y : ticks(y_min, y_max, ys))
     svg << "<line x1=\"" << kLeft << "\" x2=\"" << kLeft + plot_w << "\" y1=\"" << num(py(y)) << "\" y2=\"" << num(py(y))
         << "\" stroke=\"#ddd\"/><text x=\"" << kLeft - 6 << "\" y=\"" << num(py(y) + 4)
         << "\" text-anchor=\"end\">" << num(y) << "</text>\n";
   double xs = tick_step(x_max - x_min, 6);
-  for (double x = std::ceil(x_min / xs) * xs; x <= x_max; x += xs)
+  for (double x : ticks(x_min, x_max, xs))
     svg << "<line x1=\"" << num(px(x)) << "\" x2=\"" << num(px(x)) << "\" y1=\"" << kTop << "\" y2=\"" << kTop + plot_h
         << "\" stroke=\"#eee\"/><text x=\"" << num(px(x)) << "\" y=\"" << kTop + plot_h + 16
         << "\" text-anchor=\"middle\">" << num(x) << "</text>\n";
@@ -92,15 +111,25 @@ std::string render_line_chart_svg(const std::vector<PlotSeries>& series, const P
 
   for (std::size_t i = 0; i < series.size(); ++i) {
     const char* colour = kColours[i % (sizeof kColours / sizeof *kColours)];
-    svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\" points=\"";
+    const std::string dashes = *dash(i) ? std::string(" stroke-dasharray=\"") + dash(i) + "\"" : "";
+    svg << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dashes << " points=\"";
     for (const auto& [x, y] : series[i].points) svg << num(px(x)) << "," << num(py(y)) << " ";
     svg << "\"/>\n";
+    // Later series' points hollow: one drawn over an earlier one shows as a ring around it.
     for (const auto& [x, y] : series[i].points)
-      svg << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"3\" fill=\"" << colour << "\"/>\n";
+      svg << "<circle cx=\"" << num(px(x)) << "\" cy=\"" << num(py(y)) << "\" r=\"" << (i == 0 ? 3 : 4.5)
+          << "\" fill=\"" << (i == 0 ? colour : "none") << "\" stroke=\"" << colour << "\"/>\n";
+    // A series with exactly the points of an earlier one says so in the legend: otherwise it looks missing.
+    std::string label = series[i].label;
+    for (std::size_t j = 0; j < i; ++j)
+      if (series[j].points == series[i].points) {
+        label += " (= " + series[j].label + ")";
+        break;
+      }
     double ly = kTop + 14 + 20 * static_cast<double>(i);
     svg << "<line x1=\"" << kWidth - kRight + 15 << "\" x2=\"" << kWidth - kRight + 40 << "\" y1=\"" << ly - 4
-        << "\" y2=\"" << ly - 4 << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/><text x=\""
-        << kWidth - kRight + 46 << "\" y=\"" << ly << "\">" << escape(series[i].label) << "</text>\n";
+        << "\" y2=\"" << ly - 4 << "\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dashes << "/><text x=\""
+        << kWidth - kRight + 46 << "\" y=\"" << ly << "\">" << escape(label) << "</text>\n";
   }
   svg << "</svg>\n";
   return svg.str();

@@ -34,6 +34,20 @@ TEST_SUITE("logging") {
     CHECK(svg.find(" 520,") != std::string::npos);
   }
 
+  TEST_CASE("issue 24 §15: no -0 tick; a second series is dashed, and one equal to an earlier one says so") {
+    // y from -0.04 to 0.5, padded by 5 % of the span to [-0.067, 0.527]: ticks every 0.1 from ceil(-0.67) = -0.0
+    // times 0.1, which printed as "-0".
+    std::vector<baton::PlotSeries> series = {{"eval/loss", {{0, -0.04}, {10, 0.5}}},
+                                             {"eval_raw/loss", {{0, -0.04}, {10, 0.5}}}};
+    const std::string svg = baton::render_line_chart_svg(series, {});
+    CHECK(svg.find("\">0</text>") != std::string::npos);
+    CHECK(svg.find(">-0</text>") == std::string::npos);
+    CHECK(svg.find("\">0.5</text>") != std::string::npos);
+    CHECK(count(svg, "stroke-dasharray=\"7 5\"") == 2);  // the second series' line and its legend entry
+    CHECK(svg.find(">eval_raw/loss (= eval/loss)</text>") != std::string::npos);
+    CHECK(svg.find(">eval/loss</text>") != std::string::npos);
+  }
+
   TEST_CASE("a chart without data says so") {
     std::string svg = baton::render_line_chart_svg({}, {});
     CHECK(svg.find("no data") != std::string::npos);

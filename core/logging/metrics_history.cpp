@@ -43,4 +43,22 @@ std::vector<LoggedEvaluation> read_logged_evaluations(const std::string& path, s
   return out;
 }
 
+std::vector<std::pair<double, double>> read_logged_metric(const std::string& path, const std::string& metric) {
+  std::vector<std::pair<double, double>> out;
+  std::ifstream in(path);
+  std::int64_t previous_batch = -1;
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json line = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!line.is_object() || !line.contains("batch") || !line["batch"].is_number_integer()) continue;
+    const std::int64_t batch = line["batch"].get<std::int64_t>();
+    if (batch < previous_batch)
+      out.erase(std::remove_if(out.begin(), out.end(), [&](const auto& p) { return p.first >= batch; }), out.end());
+    previous_batch = batch;
+    if (!line.contains(metric) || !(line[metric].is_number() || line[metric].is_null())) continue;
+    out.emplace_back(static_cast<double>(batch), line[metric].is_null() ? std::numeric_limits<double>::quiet_NaN()
+                                                                        : line[metric].get<double>());
+  }
+  return out;
+}
+
 }  // namespace baton

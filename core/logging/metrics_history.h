@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/time.h"
@@ -21,5 +22,10 @@ struct LoggedEvaluation {
 /// after its first line; the evaluations after `resumed_at` belong to a stretch the resumed run trains again and
 /// are left out. A missing file has none; a line that does not parse (cut short by a crash) is skipped.
 std::vector<LoggedEvaluation> read_logged_evaluations(const std::string& path, std::int64_t resumed_at);
+
+/// Every value of `metric` ("train/loss") in the metrics.jsonl at `path` as (batch, value), oldest first, with
+/// the same rule for resumed runs: a line with a lower batch than the one before replaces the values at or after
+/// it. null (a NaN or infinity) reads as NaN.
+std::vector<std::pair<double, double>> read_logged_metric(const std::string& path, const std::string& metric);
 
 }  // namespace baton

@@ -62,12 +62,27 @@ bool same_line_time(const Timestamp& a, const Timestamp& b) {
   return a.epoch == b.epoch && a.batch == b.batch && a.sample == b.sample;
 }
 
+// One convention for every line (docs/cli.md): `epoch` counts the epochs completed when the value was logged, an
+// epoch being complete once its last batch is. Between that batch and epoch_end the trainer's counter has not
+// moved yet, so a value logged there (train/loss at the epoch's end, a plugin's batch_end metric) would read one
+// epoch less than the evaluation logged right after, for the same moment.
+Timestamp line_time(const State& state) {
+  Timestamp at = state.timestamp();
+  const std::int64_t per_epoch = state.progress.batches_per_epoch;
+  if (per_epoch > 0 && at.batch_in_epoch == per_epoch) {
+    at.epoch += 1;
+    at.batch_in_epoch = 0;
+    at.sample_in_epoch = 0;
+  }
+  return at;
+}
+
 }  // namespace
 
 void RunLogger::log_metric(std::string_view name, double value) {
   const std::string key(name);
   state_.metrics[key] = value;
-  const Timestamp& now = state_.timestamp();
+  const Timestamp now = line_time(state_);
   if (pending_.empty() || !same_line_time(pending_.back().at, now) || pending_.back().values.count(key))
     pending_.push_back(PendingLine{now, {}});
   pending_.back().values[key] = value;

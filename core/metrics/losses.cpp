@@ -59,24 +59,35 @@ LossFunction cross_entropy(const PluginConfig& config, const DataSpec& all) {
   });
 }
 
+// The elementwise losses compare outputs with values: class indices are not values (the model has one output per
+// class, the targets one index per row), so the pairing is refused where `baton check` sees it, not at the first
+// batch as a shape error.
+FieldKeys value_keys(const char* loss, const PluginConfig& config, const DataSpec& all) {
+  const auto [keys, data] = metrics_detail::keyed_spec(config, all);
+  if (data.classification())
+    config.fail("name", std::string(loss) + " compares outputs with values, but the data's '" + keys.target +
+                            "' are class indices (" + std::to_string(data.num_classes) +
+                            " classes): use cross_entropy, or read the targets as values (the dataset's task = " +
+                            "\"regression\")");
+  return keys;
+}
+
 LossFunction mse(const PluginConfig& config, const DataSpec& data) {
-  return tensor_loss(metrics_detail::keyed_spec(config, data).first, [](const at::Tensor& outputs,
-                                                                        const at::Tensor& targets) {
+  return tensor_loss(value_keys("mse", config, data), [](const at::Tensor& outputs, const at::Tensor& targets) {
     auto [out, target] = elementwise("mse", outputs, targets);
     return at::mse_loss(out, target);
   });
 }
 
 LossFunction l1(const PluginConfig& config, const DataSpec& data) {
-  return tensor_loss(metrics_detail::keyed_spec(config, data).first, [](const at::Tensor& outputs,
-                                                                        const at::Tensor& targets) {
+  return tensor_loss(value_keys("l1", config, data), [](const at::Tensor& outputs, const at::Tensor& targets) {
     auto [out, target] = elementwise("l1", outputs, targets);
     return at::l1_loss(out, target);
   });
 }
 
 LossFunction smooth_l1(const PluginConfig& config, const DataSpec& data) {
-  const FieldKeys keys = metrics_detail::keyed_spec(config, data).first;
+  const FieldKeys keys = value_keys("smooth_l1", config, data);
   const double beta = config.get_number_or("beta", 1.0, Range::above(0));
   return tensor_loss(keys, [beta](const at::Tensor& outputs, const at::Tensor& targets) {
     auto [out, target] = elementwise("smooth_l1", outputs, targets);

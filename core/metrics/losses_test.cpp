@@ -216,5 +216,11 @@ TEST_SUITE("losses") {
     const auto regression_ce = test::error_text<ConfigError>([] { loss("cross_entropy", "", regression()); });
     CHECK(regression_ce.find("cross_entropy.name") != std::string::npos);
     CHECK(regression_ce.find("13 inputs, 1 regression target") != std::string::npos);
+    // The elementwise losses on class indices: refused when built, which `baton check` does (issue 24 §6).
+    for (const std::string name : {"mse", "l1", "smooth_l1"}) {
+      const auto on_classes = test::error_text<ConfigError>([&] { loss(name.c_str(), "", classes(10)); });
+      CHECK(on_classes.find(name + ".name: " + name + " compares outputs with values, but the data's 'targets' are "
+                            "class indices (10 classes): use cross_entropy") != std::string::npos);
+    }
   }
 }

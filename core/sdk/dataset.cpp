@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/max.h>
+#include <ATen/ops/min.h>
 
 #include "baton/error.h"
 
@@ -92,7 +94,19 @@ DataSpec TensorDataset::spec() const {
   if (inputs.defined()) spec.input_shape = inputs.sizes().slice(1).vec();
   if (targets.defined()) spec.target_shape = targets.sizes().slice(1).vec();
   const bool regression = targets.defined() && at::isFloatingType(targets.scalar_type());
-  spec.num_classes = regression || !targets.defined() ? 0 : num_classes;
+  if (!regression && targets.defined() && targets.numel() > 0) {
+    // Class indices: a silent default class count would give a model too many outputs, or too few for the data.
+    const at::Tensor as_long = targets.to(at::kLong);
+    const std::int64_t lowest = as_long.min().item<std::int64_t>();
+    const std::int64_t highest = as_long.max().item<std::int64_t>();
+    if (lowest < 0) throw Error("dataset '" + name + "': class target " + std::to_string(lowest) + " is negative");
+    if (num_classes > 0 && highest >= num_classes)
+      throw Error("dataset '" + name + "': class target " + std::to_string(highest) + " is not below num_classes " +
+                  std::to_string(num_classes));
+    spec.num_classes = num_classes > 0 ? num_classes : highest + 1;
+  } else {
+    spec.num_classes = regression || !targets.defined() ? 0 : num_classes;
+  }
   visit_fields(*this, [&](const std::string& field, const at::Tensor& t) {
     spec.fields.push_back(field_spec(field, t, field == "targets" ? spec.num_classes : 0));
   });

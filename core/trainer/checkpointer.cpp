@@ -13,6 +13,7 @@
 
 #include "baton/model_tensors.h"
 #include "baton/optimizer_state.h"
+#include "config/config.h"
 #include "engine/engine.h"
 #include "logging/run_logger.h"
 #include "trainer/format.h"
@@ -218,6 +219,16 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
     if (saved->has("batch_size")) saved_batch = saved->get_int("batch_size");
     if (saved->has("max_duration")) saved_duration = saved->get_string("max_duration");
   }
+  // The data and the model are what a resumed run is meant to continue: other settings there (another
+  // train_subset mid-epoch, other widths) are allowed, but never silently.
+  const auto changed = changed_settings(data.config_text, options_.config_text, {"data", "model"});
+  if (!changed.empty()) {
+    std::string list;
+    for (const auto& item : changed) list += (list.empty() ? "" : ", ") + item;
+    logger_.warn("checkpoint " + path + " was written with other data or model settings than this run's: " + list +
+                 (data.timestamp.batch_in_epoch > 0 ? "; it resumes mid-epoch, on other data than it started on"
+                                                    : ""));
+  }
   state_.progress.now = data.timestamp;
   last_save_batch_ = data.timestamp.batch;
   if (saved_world != options_.world_size || saved_batch != options_.batch_size)
@@ -298,7 +309,8 @@ void Checkpointer::continue_to_new_duration(const std::string& path, const std::
       return;
     }
   }
-  logger_.info(saved ? change + " (the learning rate at this point is unchanged)" : change);
+  // A warning either way: the run continues a schedule of another length, which the user should see and count.
+  logger_.warn(saved ? change + " (the learning rate at this point is unchanged)" : change);
 }
 
 std::string Checkpointer::resume() {

@@ -17,6 +17,7 @@
 #include "sdk/step_generator.h"
 #include "trainer/format.h"
 #include "trainer/precision.h"
+#include "trainer/step_errors.h"
 
 namespace baton {
 
@@ -116,16 +117,28 @@ EvalResult Evaluator::pass(const std::string& label) {
       state_.batch = to_device(loader.next(), device);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
+      // A LibTorch error names the pass, the set, the batch's samples and what was running, without a backtrace.
+      const auto where = [&] {
+        return "evaluation " + (state_.eval_label.empty() ? std::string("eval") : state_.eval_label) +
+               (set_.empty() ? "" : "/" + set_) + ", samples " + std::to_string(begin) + " to " +
+               std::to_string(end - 1) + " of " + data_.name;
+      };
+      const auto spec = [this] { return data_.spec(); };
       {
         AutocastScope autocast(precision, device.type());
-        state_.outputs = model_.eval_forward(state_.batch);
+        state_.outputs = detail::during_step(where, "the model's forward", state_.batch, spec,
+                                             [&] { return model_.eval_forward(state_.batch); });
       }
       engine_.fire(Event::eval_after_forward);
       if (with_loss) {
         AutocastScope autocast(precision, device.type());
-        loss_sum += loss_(state_.outputs, state_.batch).item<double>() * static_cast<double>(end - begin);
+        loss_sum += detail::during_step(where, "the loss", state_.batch, spec, [&] {
+                      return loss_(state_.outputs, state_.batch).item<double>();
+                    }) * static_cast<double>(end - begin);
       }
-      for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch);
+      detail::during_step(where, "a metric's update", state_.batch, spec, [&] {
+        for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch);
+      });
       seen += end - begin;
       engine_.fire(Event::eval_batch_end);
       state_.clear_step_data();
@@ -196,7 +209,11 @@ PredictResult Evaluator::predict(const Dataset& data) {
   at::Device device(options_.device);
   const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
+  // A plugin that keeps several weight sets names the one it swaps in here (not a pass label: none runs now).
+  state_.eval_label.clear();
   engine_.fire(Event::predict_start);
+  const std::string weights = state_.eval_label;
+  state_.eval_label.clear();
   const bool was_training = module.is_training();
   module.eval();
   std::vector<Outputs> outputs;
@@ -231,6 +248,7 @@ PredictResult Evaluator::predict(const Dataset& data) {
   if (was_training) module.train();
   engine_.fire(Event::predict_end);
   PredictResult result;
+  result.weights = weights;
   result.outputs = join_outputs(outputs);
   if (!targets.empty() && targets.size() == outputs.size()) result.targets = at::cat(targets);
   // Class scores [N, C]: the predicted class is their argmax, as accuracy counts it.

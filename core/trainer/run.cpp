@@ -275,11 +275,12 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.save_interval = config.checkpoint.save_interval;
   t.keep_last = config.checkpoint.keep_last;
   t.resume = options.resume;
-  t.config_text = read_config_text(config);
+  t.config_text = config.resolved_text.empty() ? read_config_text(config) : config.resolved_text;
   t.trace = options.trace;
   t.quiet = options.quiet;
   t.progress = config.trainer.progress;
   t.log_interval = config.trainer.log_interval;
+  t.allow_nonfinite = config.trainer.allow_nonfinite;
   t.microbatch_size = config.trainer.microbatch_size;
   t.precision = config.trainer.precision;
   t.lr_schedule = std::move(built.schedule);

@@ -8,6 +8,7 @@
 #include "baton/model_tensors.h"
 #include "baton/safetensors.h"
 #include "logging/eval_plot.h"
+#include "logging/metrics_history.h"
 #include "trainer/format.h"
 
 namespace fs = std::filesystem;
@@ -46,6 +47,16 @@ void EvalPlots::fit_end(State& state, Logger&) {
     plot.y_label = metric;
     fs::create_directories(state.run_dir);
     write_line_chart_svg((fs::path(state.run_dir) / ("eval_" + metric + ".svg")).string(), series, plot);
+  }
+  // The training loss per logged step (trainer.log_interval), from metrics.jsonl: a resumed run's whole curve.
+  PlotSeries train_loss{"train/loss", read_logged_metric((fs::path(state.run_dir) / "metrics.jsonl").string(),
+                                                         "train/loss")};
+  if (!train_loss.points.empty()) {
+    PlotOptions plot;
+    plot.title = "training loss";
+    plot.y_label = "loss";
+    fs::create_directories(state.run_dir);
+    write_line_chart_svg((fs::path(state.run_dir) / "train_loss.svg").string(), {train_loss}, plot);
   }
 }
 

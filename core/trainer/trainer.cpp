@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <optional>
 
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
@@ -32,10 +34,12 @@
 #include "trainer/checkpointer.h"
 #include "trainer/data_parallel.h"
 #include "trainer/evaluator.h"
+#include "trainer/format.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/precision.h"
 #include "trainer/run_outputs.h"
 #include "trainer/schedule.h"
+#include "trainer/step_errors.h"
 
 namespace fs = std::filesystem;
 
@@ -265,17 +269,28 @@ struct Trainer::Impl {
   // read back from State after the events that may replace it (Composer's state.batch, state.outputs, state.loss),
   // so a plugin's inputs, targets, outputs or loss term take effect.
   // Under mixed precision, autocast covers the forward pass and the loss (as in Composer), not the plugins' events.
+  // Where a failing step was, for its message: "training batch 3 of epoch 1 (ep 0 ba 2)".
+  std::string step_where() const {
+    const auto& now = state.progress.now;
+    return "training batch " + std::to_string(now.batch_in_epoch + 1) + " of epoch " + std::to_string(now.epoch + 1) +
+           " (" + format_timestamp(now) + ")";
+  }
+
   at::Tensor step_once() {
+    const auto where = [this] { return step_where(); };
+    const auto spec = [this] { return train->spec(); };
     fire(Event::before_forward);
     {
       AutocastScope autocast(precision, device_type);
-      state.outputs = model.forward(state.batch);
+      state.outputs = detail::during_step(where, "the model's forward", state.batch, spec,
+                                          [&] { return model.forward(state.batch); });
     }
     fire(Event::after_forward);
     fire(Event::before_loss);
     {
       AutocastScope autocast(precision, device_type);
-      state.loss = loss(state.outputs, state.batch);
+      state.loss = detail::during_step(where, "the loss", state.batch, spec,
+                                       [&] { return loss(state.outputs, state.batch); });
     }
     fire(Event::after_loss);
     fire(Event::before_backward);
@@ -364,7 +379,9 @@ struct Trainer::Impl {
   at::Tensor own_training_step() {
     fire(Event::before_forward);
     OwnStep step(*this);
-    const at::Tensor loss = model.training_step()(state.batch, step);
+    const at::Tensor loss =
+        detail::during_step([this] { return step_where(); }, "the model's training step", state.batch,
+                            [this] { return train->spec(); }, [&] { return model.training_step()(state.batch, step); });
     if (!loss.defined() || loss.numel() != 1)
       throw Error("the model's training step must return its loss as one value, got " +
                   (loss.defined() ? std::to_string(loss.numel()) + " values" : std::string("none")));
@@ -379,10 +396,13 @@ struct Trainer::Impl {
 
   // amp_fp16 backpropagates the scaled loss; the gradients are unscaled before anything reads them.
   void backward(const at::Tensor& loss) {
-    if (scaler)
-      scaler->scale(loss).backward();
-    else
-      loss.backward();
+    const auto where = [this] { return step_where(); };
+    detail::during_step(where, "backward", state.batch, [this] { return train->spec(); }, [&] {
+      if (scaler)
+        scaler->scale(loss).backward();
+      else
+        loss.backward();
+    });
   }
 
   // --- the data ----------------------------------------------------------------------------------------------
@@ -464,12 +484,50 @@ struct Trainer::Impl {
       sum = sums[0];
       total = sums[1];
     }
+    if (!std::isfinite(sum)) report_nonfinite_loss(count);
+    window_losses.clear();
     logger.log_metric("train/loss", sum / total);
     logger.log_metric("lr", optimizer->param_groups().front().options().get_lr());
     logger.flush();
     last_loss = sum / total;
     loss_sum.zero_();
     count = 0;
+  }
+
+  // The first batch of the window just logged whose loss is not finite, as a warning, once per run: after a
+  // divergence every later loss is NaN too. (Another rank's NaN shows in the reduced sum only: then the window.)
+  void report_nonfinite_loss(std::int64_t count) {
+    if (reported_nonfinite_loss) return;
+    reported_nonfinite_loss = true;
+    const auto& now = state.progress.now;
+    std::int64_t first = now.batch - count;  // 0-based batch count before the window's first batch
+    double value = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& loss : window_losses) {
+      value = loss.item<double>();
+      if (!std::isfinite(value)) break;
+      ++first;
+    }
+    logger.warn("the training loss is not finite (" + format_number(value) + ") at training batch " +
+                std::to_string(first + 1) + " of the run (in the " + std::to_string(count) +
+                " batches logged at " + format_timestamp(now) + "): the weights have likely diverged; lower " +
+                "optimizer.lr, or add the nan_monitor plugin to stop at the first one");
+  }
+
+  // The first floating parameter or buffer of the model with a NaN or inf, by name; "" when all are finite.
+  std::string nonfinite_tensor() const {
+    c10::NoGradGuard no_grad;
+    for (const auto& item : module->named_parameters())
+      if (!item.value().isfinite().all().item<bool>()) return item.key();
+    for (const auto& item : module->named_buffers())
+      if (item.value().is_floating_point() && !item.value().isfinite().all().item<bool>()) return item.key();
+    return "";
+  }
+
+  // After a checkpoint event: a checkpoint just saved with finite weights is the one to name if the run diverges.
+  void note_checkpoint() {
+    if (state.last_checkpoint.empty() || state.last_checkpoint == noted_checkpoint) return;
+    noted_checkpoint = state.last_checkpoint;
+    if (nonfinite_tensor().empty()) last_finite_checkpoint = noted_checkpoint;
   }
 
   // What the progress bar shows beside the count: the loss once this process has logged one, nothing before.
@@ -508,7 +566,9 @@ struct Trainer::Impl {
 
     while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration) && !stop_now()) {
       const double fraction_before = state.progress.fraction();
-      loss_sum.add_(train_batch(device));
+      const at::Tensor batch_loss = train_batch(device);
+      loss_sum.add_(batch_loss);
+      if (!reported_nonfinite_loss) window_losses.push_back(batch_loss);  // a handle, no copy and no sync
       loss_count += 1;
       const bool epoch_ends = now.batch_in_epoch == batches;
       if (now.batch % log_every == 0 || epoch_ends) log_train_loss(loss_sum, loss_count);
@@ -533,6 +593,7 @@ struct Trainer::Impl {
           next.save = schedule.after_batch(state.progress, fraction_before, epoch_ends, true).save;
       }
       checkpoints.event(Event::batch_checkpoint, next.save, TimeUnit::batch);
+      note_checkpoint();
       if (stopping) break;
     }
     if (bar) bar->finish(bar_metrics());
@@ -548,6 +609,7 @@ struct Trainer::Impl {
       // The run's end (a stop asked for at this evaluation) saves here, with events, unless its batch saved.
       const bool final_save = stop_now() && schedule.saves_enabled() && checkpoints.last_save_batch() != now.batch;
       checkpoints.event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
+      note_checkpoint();
       fire(Event::iteration_end);
       fire(Event::iteration_checkpoint);
     }
@@ -575,8 +637,20 @@ struct Trainer::Impl {
       for_each_eval_set([&](Evaluator& set, const Schedule& when) {
         if (when.evaluations_enabled() && set.last_batch() != state.progress.now.batch) set.run_in_fit();
       });
-      if (schedule.saves_enabled() && checkpoints.last_save_batch() != state.progress.now.batch)
+      if (schedule.saves_enabled() && checkpoints.last_save_batch() != state.progress.now.batch) {
         checkpoints.save_final(options.save_interval.unit());
+        note_checkpoint();
+      }
+      // A diverged run is a failed run: its weights are not exported, and the user learns where to go back to.
+      if (!options.allow_nonfinite)
+        if (const std::string tensor = nonfinite_tensor(); !tensor.empty())
+          throw Error("the weights are not finite at the end of the run (" + tensor + " holds NaN or inf), so " +
+                      "model.safetensors is not written; " +
+                      (last_finite_checkpoint.empty()
+                           ? std::string("no checkpoint was saved with finite weights")
+                           : "the last checkpoint with finite weights is " + last_finite_checkpoint) +
+                      ". Lower optimizer.lr (or add gradient_clipping), and add the nan_monitor plugin to stop at " +
+                      "the first NaN; trainer.allow_nonfinite = true accepts such a run");
     } catch (...) {
       failure = std::current_exception();
       state.clear_step_data();  // a batch that failed half-way leaves nothing on State for fit_end
@@ -618,9 +692,11 @@ struct Trainer::Impl {
   void prepare_standalone(const std::string& checkpoint, const char* command) {
     ensure_init();
     if (!options.eval_weights.empty() && state.eval_weights == options.eval_weights)
-      throw Error(std::string(command) + " with the \"" + options.eval_weights + "\" weights asked for (--weights), " +
-                  "but no plugin of this run keeps more than one set of weights (the ema plugin does): run it " +
-                  "without --weights, or with a config that loads such a plugin");
+      // A request the run cannot serve is a usage error (exit 2), located at the option.
+      throw ConfigError(SourceLocation{"--weights " + options.eval_weights, 0, 0}, "",
+                        std::string(command) + " with the \"" + options.eval_weights + "\" weights asked for, " +
+                            "but no plugin of this run keeps more than one set of weights (the ema plugin does): " +
+                            "run it without --weights, or with a config that loads such a plugin");
     if (!checkpoint.empty()) checkpoints.load(checkpoint, /*with_training_state=*/false);
   }
 
@@ -691,6 +767,10 @@ struct Trainer::Impl {
   bool initialised = false;
   StopCause cause = StopCause::none;
   std::optional<double> last_loss;  // the train/loss this process last logged; none before its first log_interval
+  std::vector<at::Tensor> window_losses;  // each batch's loss since the last log, until a non-finite one is reported
+  bool reported_nonfinite_loss = false;
+  std::string noted_checkpoint;           // the last checkpoint note_checkpoint looked at
+  std::string last_finite_checkpoint;     // the last one saved with finite weights
   std::atomic<bool> external_stop{false};
   std::string external_stop_reason;
 };

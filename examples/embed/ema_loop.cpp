@@ -1,5 +1,6 @@
 // baton's EMA in a hand-written LibTorch loop, without the trainer: the way ema-pytorch or NeMo's EMAManager are
-// used. After each optimizer step, update the average; to evaluate with it, swap it in for a scope.
+// used. After each optimizer step, update the average; to evaluate with it, swap it in for a scope (in eval mode);
+// to keep it, write ema.state_dict() to a safetensors file, which baton::load_safetensors_into loads into a model.
 //
 // The task: a noisy linear regression, where the averaged weights land closer to the truth than the last SGD
 // iterate. Exits with status 1 unless (a) the EMA beats the raw weights and (b) the swap restored the raw weights
@@ -16,6 +17,7 @@
 #include <torch/optim/sgd.h>
 
 #include "baton/ema.h"
+#include "baton/safetensors.h"
 
 int main() {
   at::manual_seed(0);
@@ -49,5 +51,14 @@ int main() {
   bool restored = at::equal(raw_before, model->weight);
   std::printf("distance to the true weights: raw %.4f, EMA %.4f; raw weights restored bitwise: %s\n", raw_error,
               ema_error, restored ? "yes" : "no");
-  return (ema_error < raw_error && restored) ? 0 : 1;
+
+  // The EMA weights by name (copies), saved as a file Python's safetensors reads, and loaded into a fresh model:
+  // as a run's ema.safetensors loads into a program's model.
+  baton::write_safetensors("ema_loop.safetensors", ema.state_dict());
+  torch::nn::Linear deployed(torch::nn::LinearOptions(features, 1).bias(false));
+  baton::load_safetensors_into(*deployed, "ema_loop.safetensors");
+  const double deployed_error = (deployed->weight - truth).norm().item<double>();
+  std::printf("a fresh model loaded from ema_loop.safetensors: distance %.4f\n", deployed_error);
+  std::remove("ema_loop.safetensors");
+  return (ema_error < raw_error && restored && deployed_error == ema_error) ? 0 : 1;
 }

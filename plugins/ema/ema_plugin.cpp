@@ -109,7 +109,11 @@ class EmaAlgorithm final : public Algorithm {
       case Event::eval_start: return on_eval_start(state);
       case Event::eval_end: return restore_raw();
       case Event::eval_after_all: return on_evaluated(state);
-      case Event::predict_start: return swap_in_if(wants_ema_weights());
+      case Event::predict_start:
+        swap_in_if(wants_ema_weights());
+        // Says which set the prediction uses (PredictResult::weights): before ema_start it is the raw one.
+        state.eval_label = ema_.swapped() ? "ema" : "raw";
+        return;
       case Event::predict_end: return restore_raw();
       case Event::batch_checkpoint:
       case Event::epoch_checkpoint: return on_checkpoint(state, logger);

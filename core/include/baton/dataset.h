@@ -72,13 +72,16 @@ class BATON_API Dataset {
 struct BATON_API TensorDataset : Dataset {
   at::Tensor inputs;
   at::Tensor targets;
-  Batch fields;                   // more fields, after inputs and targets in each batch
-  std::int64_t num_classes = 10;  // used when the targets are class indices
+  Batch fields;                  // more fields, after inputs and targets in each batch
+  /// Class-index targets: the number of classes. 0 (the default) infers it from the targets (the largest + 1);
+  /// set it when the data may lack the highest class (a small split). A target at or above it is an error.
+  std::int64_t num_classes = 0;
 
   /// The first defined field's leading dimension (inputs, targets, then `fields`).
   std::int64_t size() const override;
   Batch get(const at::Tensor& indices) const override;
-  /// Shapes and dtypes from the tensors; floating-point targets make it a regression (num_classes 0).
+  /// Shapes and dtypes from the tensors; floating-point targets make it a regression (num_classes 0). Throws
+  /// baton::Error for a class target outside [0, num_classes).
   DataSpec spec() const override;
 };
 

@@ -5,7 +5,9 @@
 //   baton::EmaOptions options;  options.smoothing = 0.999;
 //   baton::ExponentialMovingAverage ema(*model, options);
 //   for (...) { loss.backward(); optimizer.step(); ema.update(*model); }
-//   { baton::EmaSwapGuard guard(ema, *model); evaluate(model); }   // EMA weights in, raw weights back (bitwise)
+//   { baton::EmaSwapGuard guard(ema, *model); evaluate(model); }   // EMA weights in, raw weights back (bitwise);
+//                                                                   // the model in eval mode meanwhile
+//   auto weights = ema.state_dict();                                // the EMA weights by name, as copies
 //
 // For every averaged tensor:  ema <- s * ema + (1 - s) * w   (s = smoothing, 0 <= s <= 1).
 // Integer buffers (BatchNorm's num_batches_tracked) are always copied, never averaged; floating buffers are averaged
@@ -95,7 +97,9 @@ class BATON_API ExponentialMovingAverage {
   /// a sharded tensor outside a swap (state_dict() gathers those).
   at::Tensor get(const std::string& name) const;
 
-  /// Caller-owned copies of every EMA tensor under the model's names. Sharded: a collective that gathers them.
+  /// Caller-owned copies of every EMA tensor under the model's names: the EMA weights for a program (write them
+  /// with baton::write_safetensors, which baton::load_safetensors_into reads into a module of the same layout;
+  /// or copy_to). Sharded: a collective that gathers them.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
   /// Replaces the EMA with `state`, checking names, shapes and dtypes against the EMA's layout (which needs an
   /// initialised EMA). strict: every kept tensor must be present and none extra. Throws baton::Error naming the
@@ -110,11 +114,22 @@ class BATON_API ExponentialMovingAverage {
   std::unique_ptr<Impl> impl_;
 };
 
+/// How an EmaSwapGuard leaves the model's training mode for its scope.
+enum class EmaGuardMode {
+  eval,  // model.eval() for the scope, the previous mode back after it (the default: evaluation)
+  keep,  // the mode as it is: a train-mode forward writes BatchNorm's running statistics into the EMA (below)
+};
+
 /// Puts the EMA weights into the model for its lifetime and the raw weights back when it ends (also on exceptions).
 /// If the EMA is already swapped in when the guard is made, the guard leaves it as it is.
+///
+/// The swapped-in tensors ARE the EMA's: whatever the model writes to its parameters or buffers in the scope is
+/// written into the EMA and stays there after the swap back. A forward in training mode does that to BatchNorm's
+/// running_mean, running_var and num_batches_tracked, so by default the guard puts the model in evaluation mode
+/// for its scope (and restores the mode it found); EmaGuardMode::keep leaves the mode to the caller.
 class BATON_API EmaSwapGuard {
  public:
-  EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model);
+  EmaSwapGuard(ExponentialMovingAverage& ema, torch::nn::Module& model, EmaGuardMode mode = EmaGuardMode::eval);
   ~EmaSwapGuard();
   EmaSwapGuard(const EmaSwapGuard&) = delete;
   EmaSwapGuard& operator=(const EmaSwapGuard&) = delete;
@@ -123,6 +138,7 @@ class BATON_API EmaSwapGuard {
   ExponentialMovingAverage& ema_;
   torch::nn::Module& model_;
   bool swapped_ = false;
+  bool restore_training_ = false;  // the model was in training mode and the guard put it in evaluation mode
 };
 
 /// s = 2^(-interval / half_life); a half life of 0 gives 0 (no averaging: the EMA equals the weights).

@@ -16,6 +16,10 @@
 #include "baton/export.h"
 #include "baton/state_dict.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace baton {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
@@ -54,6 +58,16 @@ struct BATON_API SafetensorsContents {
 /// inside the data and matching the shapes. Throws CheckpointError naming the file and what is wrong
 /// ("truncated: header says 1234 bytes, file has 1000").
 BATON_API SafetensorsContents read_safetensors(const std::string& path);
+
+/// Loads a file of named tensors into `module`'s parameters and buffers, by name (the dotted names of
+/// named_parameters()/named_buffers(), which baton's model.safetensors, ema.safetensors, checkpoints' tensors and
+/// Python's `safetensors.torch.save_file(model.state_dict(), ...)` all use), without gradients, in place (an
+/// optimizer holding the parameters keeps them). Each tensor must have the module's shape; its dtype and device
+/// are converted to the module's. `strict`: every module tensor must be in the file and every file tensor must
+/// belong to the module; otherwise the names both have are loaded. Returns how many were. Throws SafetensorsError
+/// naming the file and the tensor:
+///   baton::load_safetensors_into(*model, "runs/fashion_mnist/ema.safetensors");   // the run's EMA weights
+BATON_API std::size_t load_safetensors_into(torch::nn::Module& module, const std::string& path, bool strict = true);
 
 /// Validates the header and the data layout (everything read_safetensors checks) without reading the tensor
 /// bytes. Throws SafetensorsError.

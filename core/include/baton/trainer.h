@@ -67,6 +67,10 @@ struct TrainerOptions {
   bool progress = true;        // progress bar on a terminal
   bool quiet = false;          // only warnings, errors and the final summary
   Time log_interval = Time(50, TimeUnit::batch);  // how often train/loss is computed and logged
+  /// A run whose weights are not finite (NaN, inf) at its end fails (fit() throws, naming the last checkpoint
+  /// saved with finite weights; no model.safetensors is written) unless this is true. A non-finite training loss
+  /// is always reported, at its batch, as a warning.
+  bool allow_nonfinite = false;
   /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
   /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
   /// step per batch. 0 (or >= batch_size): the whole batch at once.
@@ -139,6 +143,9 @@ struct PredictResult {
   Outputs outputs;         // the model's (evaluation) outputs, every per-sample field [N, ...]
   at::Tensor predictions;  // the argmax class of each row (int64 [N]) when the main output is class scores [N, C]
   at::Tensor targets;      // the dataset's targets, when it has them
+  /// The weight set a plugin swapped in for the prediction, as it named it on State::eval_label at predict_start
+  /// ("ema", "raw": the EMA plugin); empty when no plugin did (the model's own weights).
+  std::string weights;
 };
 
 class BATON_API Trainer {
