@@ -42,11 +42,13 @@ ResBlockImpl::ResBlockImpl(std::int64_t in, std::int64_t out, std::int64_t embed
   if (in != out) skip_ = register_module("skip", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1)));
 }
 
+// GroupNorm runs in fp32: under bf16 autocast the convolutions hand it bf16 activations, which LibTorch's CPU kernel
+// does not take with fp32 weights (and statistics want the precision anyway); the next convolution casts back.
 at::Tensor ResBlockImpl::forward(const at::Tensor& x, const at::Tensor& embedding) {
-  at::Tensor h = conv1_->forward(at::silu(norm1_->forward(x)));
+  at::Tensor h = conv1_->forward(at::silu(norm1_->forward(x.to(at::kFloat))));
   // The timestep enters every block as a per-channel shift.
   h = h.add(time_->forward(embedding).unsqueeze(-1).unsqueeze(-1));
-  h = conv2_->forward(at::silu(norm2_->forward(h)));
+  h = conv2_->forward(at::silu(norm2_->forward(h.to(at::kFloat))));
   return h.add(skip_ ? skip_->forward(x) : x);
 }
 
@@ -84,7 +86,7 @@ at::Tensor UNetImpl::forward(const at::Tensor& x, const at::Tensor& t) {
   h = middle_->forward(h, e);
   h = block4_->forward(at::cat({up2_->forward(h), h2}, 1), e);
   h = block5_->forward(at::cat({up1_->forward(h), h1}, 1), e);
-  return out_->forward(at::silu(out_norm_->forward(h)));
+  return out_->forward(at::silu(out_norm_->forward(h.to(at::kFloat))));
 }
 
 baton::Model make_denoiser(const DenoiserSettings& settings, const std::vector<std::int64_t>& input_shape,
