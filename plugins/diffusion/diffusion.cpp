@@ -3,7 +3,8 @@
 //   metric `fd`        the Frechet distance of its samples from the real evaluation images, in the features of a
 //                      classifier baton trained;
 //   and, as the library's callback, the sample grids: at every evaluation a PNG of each weight set's first samples
-//   (samples/eval_ba1000.png, samples/eval_raw_ba1000.png), and samples/predict.png from `baton predict`.
+//   (samples/eval_ba1000.png, samples/eval_raw_ba1000.png), and samples/predict.png from `baton predict` (under
+//   the current folder: a prediction has no run folder).
 // A callback library may register components too (the loader registers them when it loads the library), so one
 // [[plugins]] entry brings all three; its keys are the grid's.
 #include <ATen/ops/cat.h>
