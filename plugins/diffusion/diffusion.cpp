@@ -54,6 +54,9 @@ class SampleGrids final : public baton::Callback {
   void eval_start(baton::State&, baton::Logger&) override { collected_.clear(); }
   void eval_after_forward(baton::State& state, baton::Logger&) override { collect(state); }
   void eval_end(baton::State& state, baton::Logger& logger) override {
+    // A standalone evaluation (baton eval, each width of baton posthoc --sweep) has no run folder: no grid, rather
+    // than one in the current folder that every evaluation overwrites.
+    if (state.run_dir.empty()) return;
     std::string name = state.eval_label;
     if (!state.eval_set.empty()) name += "_" + state.eval_set;
     write(state, logger, name + "_ba" + std::to_string(state.timestamp().batch) + ".png");
