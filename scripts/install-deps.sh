@@ -2,7 +2,8 @@
 # Installs the Debian packages baton needs (Debian 12 and 13 name them alike), only those that are missing. Safe to
 # run again. python3-torch brings torchrun, which the distributed tests run baton under; python3-sklearn the CSV
 # data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit); time
-# (GNU time) measures the peak memory of the safetensors dataset's memory test.
+# (GNU time) measures the peak memory of the safetensors dataset's memory test; libpng-dev writes the diffusion
+# example's sample grids, and python3-numpy/python3-scipy compute the reference Frechet distance its test checks.
 set -euo pipefail
 
 packages=(
@@ -11,6 +12,7 @@ packages=(
   libtomlplusplus-dev doctest-dev libboost-dev libboost-filesystem-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-torch python3-sklearn time
+  libpng-dev python3-numpy python3-scipy
 )
 
 missing=()
