@@ -45,20 +45,8 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
-  const std::string command = baton::test::baton_command(dir, args) + " > out.txt 2> err.txt";
-  const int raw = std::system(command.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = baton::test::read_bytes(dir / "out.txt");
-  r.err = baton::test::read_bytes(dir / "err.txt");
-  return r;
-}
+using Result = baton::test::CommandResult;
+using baton::test::run_baton;
 
 void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 

@@ -29,24 +29,10 @@ using baton::test::read_bytes;
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using Result = baton::test::CommandResult;
+using baton::test::run_baton;
 
 fs::path scratch(const std::string& name) { return baton::test::scratch_dir("cli-" + name); }
-
-// Runs `baton <args>` in `dir`, capturing stdout, stderr and the exit status.
-Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = baton::test::baton_command(dir, args) + " > out.txt 2> err.txt";
-  int raw = std::system(command.c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = read_bytes(dir / "out.txt");
-  r.err = read_bytes(dir / "err.txt");
-  return r;
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -71,26 +71,9 @@ at::Tensor features(std::int64_t n, std::int64_t d, std::uint64_t seed, double o
   return at::randn({n, d}, g, at::TensorOptions().dtype(at::kDouble)).matmul(mix).add(offset);
 }
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-Result run_in(const fs::path& dir, const std::string& command) {
-  const int raw = std::system(("cd " + baton::test::shell_quote(dir.string()) + " && " + command +
-                               " > out.txt 2> err.txt").c_str());
-  Result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = baton::test::read_bytes(dir / "out.txt");
-  r.err = baton::test::read_bytes(dir / "err.txt");
-  return r;
-}
-
-Result run_baton(const fs::path& dir, const std::vector<std::string>& args) {
-  std::string command = baton::test::shell_quote(BATON_EXECUTABLE);
-  for (const auto& a : args) command += " " + baton::test::shell_quote(a);
-  return run_in(dir, command);
-}
+using Result = baton::test::CommandResult;
+using baton::test::run_baton;
+using baton::test::run_in;
 
 void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
