@@ -80,6 +80,8 @@ std::unique_ptr<LeastSquares> least_squares(const std::string& toml, baton::Trai
   options.batch_size = 4 / options.world_size;
   options.shuffle = false;
   options.max_duration = Time(copies, TimeUnit::batch);
+  options.eval_interval = Time(0, TimeUnit::batch);  // nothing to evaluate, nowhere to save
+  options.save_interval = Time(0, TimeUnit::batch);
   options.loss = [](const baton::Outputs& out, const baton::Batch& b) {
     return (out.main().squeeze(1) - b["targets"]).pow(2).mean();
   };
@@ -101,13 +103,6 @@ std::unique_ptr<LeastSquares> least_squares(const std::string& toml, baton::Trai
 
 std::vector<double> weights_of(const LeastSquares& r) { return values_of(r.linear->weight); }
 
-baton::TrainerOptions plain() {
-  auto o = quiet_options();
-  o.eval_interval = Time(0, TimeUnit::epoch);
-  o.save_interval = Time(0, TimeUnit::epoch);
-  return o;
-}
-
 }  // namespace
 
 TEST_SUITE("sam_plugin") {
@@ -115,10 +110,10 @@ TEST_SUITE("sam_plugin") {
     const std::vector<double> expected = sam_step(kW0, 0.2, 0.1);
     // The plain step lands elsewhere: the check tells SAM from SGD.
     CHECK(max_abs_difference(sgd_step(kW0, 0.1), expected) > 1e-3);
-    auto whole = least_squares("rho = 0.2", plain());
+    auto whole = least_squares("rho = 0.2", quiet_options());
     CHECK(max_abs_difference(weights_of(*whole), expected) < 1e-6);
     CHECK(*whole->forwards == 2);
-    auto options = plain();
+    auto options = quiet_options();
     options.microbatch_size = 2;
     auto split = least_squares("rho = 0.2", options);
     CHECK(max_abs_difference(weights_of(*split), expected) < 1e-6);
@@ -126,7 +121,7 @@ TEST_SUITE("sam_plugin") {
   }
 
   TEST_CASE("interval = 2 costs two forward and backward passes on every second step only") {
-    auto r = least_squares("interval = 2", plain(), 4);
+    auto r = least_squares("interval = 2", quiet_options(), 4);
     CHECK(r->counter->before_forward_at == std::map<std::int64_t, int>{{1, 1}, {2, 2}, {3, 1}, {4, 2}});
     CHECK(*r->forwards == 6);
     // Steps 1 and 3 are plain SGD, 2 and 4 SAM steps (rho = 0.05), each from where the last one left the weights.
@@ -140,7 +135,7 @@ TEST_SUITE("sam_plugin") {
     const std::vector<double> expected = sam_step(kW0, 0.2, 0.1);
     std::vector<std::vector<double>> results(2);
     baton::test::run_ranks(2, [&](std::shared_ptr<baton::Communicator> comm) {
-      auto options = plain();
+      auto options = quiet_options();
       options.communicator = comm;
       options.world_size = 2;
       auto r = least_squares("rho = 0.2", options);

@@ -169,7 +169,9 @@ class Swa final : public baton::Algorithm {
   }
 
   void to_device(baton::State& state) {
-    for (auto& a : average_) a = a.to(state.model->parameters().front().device());
+    const auto params = state.model->parameters();
+    if (params.empty()) return;
+    for (auto& a : average_) a = a.to(params.front().device());
   }
 
   // The parameters SWA averages (floating ones; an integer parameter does not train), by name.
