@@ -130,6 +130,19 @@ void check_loader(const TrainerOptions& options) {
                 std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
 }
 
+// Gives `slot` a value for the life of the scope and clears it after, on every exit path.
+template <class T>
+class Scoped {
+ public:
+  Scoped(T& slot, T value) : slot_(slot) { slot_ = value; }
+  ~Scoped() { slot_ = T{}; }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+
+ private:
+  T& slot_;
+};
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -409,13 +422,6 @@ struct Trainer::Impl {
   struct Passes final : TrainingPasses {
     explicit Passes(Impl& trainer) : t(trainer) {}
 
-    // Opens recompute_gradients() for the life of the scope (after_train_batch of a step the trainer computes).
-    struct Recomputable {
-      Recomputable(Passes& p, const Batch& batch) : passes(p) { passes.step_batch = &batch; }
-      ~Recomputable() { passes.step_batch = nullptr; }
-      Passes& passes;
-    };
-
     bool recompute_gradients() override {
       if (step_batch == nullptr)
         throw Error(t.model.training_step()
@@ -473,7 +479,8 @@ struct Trainer::Impl {
     }
 
     Impl& t;
-    const Batch* step_batch = nullptr;  // the step's batch while recompute_gradients() is open
+    // The step's batch while recompute_gradients() is open: during after_train_batch of a step the trainer computes.
+    const Batch* step_batch = nullptr;
   };
 
   // amp_fp16 backpropagates the scaled loss; the gradients are unscaled before anything reads them.
@@ -519,7 +526,7 @@ struct Trainer::Impl {
   // after_train_batch, as in Composer, so gradient clipping sees the averaged gradients). Returns the loss.
   at::Tensor train_batch(at::Device device) {
     auto& now = state.progress.now;
-    const InStep step_scope(in_step);
+    const Scoped<bool> stepping(in_step, true);
     // Everything the step draws (plugins from after_dataloader, the model's forward) comes from the step's seed.
     StepGeneratorScope step_random(state, StepStream::train, static_cast<std::uint64_t>(now.batch));
     fire(Event::before_dataloader);
@@ -544,7 +551,7 @@ struct Trainer::Impl {
       loss = forward_backward();
       step_overflow = reduce_gradients();
       {
-        const Passes::Recomputable open(passes, step_batch);
+        const Scoped<const Batch*> recomputable(passes.step_batch, &step_batch);
         fire(Event::after_train_batch);
       }
       if (!step_overflow)
@@ -864,12 +871,6 @@ struct Trainer::Impl {
   bool step_overflow = false;  // the step's gradients hold an inf or a NaN (amp_fp16): the step is skipped
   bool fitting = false;        // from fit_start to the end of training
   bool in_step = false;        // inside train_batch
-  // Sets a flag for the life of the scope.
-  struct InStep {
-    explicit InStep(bool& f) : flag(f) { flag = true; }
-    ~InStep() { flag = false; }
-    bool& flag;
-  };
 };
 
 Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
