@@ -24,21 +24,22 @@ const std::vector<std::vector<double>> kX = {{1, 2}, {3, -1}, {0.5, 1}, {-2, 1}}
 const std::vector<double> kY = {1, 0, 2, -1};
 const std::vector<double> kW0 = {0.3, -0.2};
 
-std::vector<double> gradient(const std::vector<double>& w) {
+// The gradient at w, the targets multiplied by y_scale.
+std::vector<double> gradient(const std::vector<double>& w, double y_scale = 1) {
   std::vector<double> g(2, 0.0);
   for (std::size_t i = 0; i < kX.size(); ++i) {
-    const double r = kX[i][0] * w[0] + kX[i][1] * w[1] - kY[i];
+    const double r = kX[i][0] * w[0] + kX[i][1] * w[1] - y_scale * kY[i];
     for (int j = 0; j < 2; ++j) g[j] += 2.0 * r * kX[i][j] / static_cast<double>(kX.size());
   }
   return g;
 }
 
 // One SAM step by hand: the gradient at w + rho g / (||g|| + eps), then SGD with it.
-std::vector<double> sam_step(const std::vector<double>& w, double rho, double lr) {
-  const std::vector<double> g = gradient(w);
+std::vector<double> sam_step(const std::vector<double>& w, double rho, double lr, double y_scale = 1) {
+  const std::vector<double> g = gradient(w, y_scale);
   const double norm = std::sqrt(g[0] * g[0] + g[1] * g[1]);
   const std::vector<double> ascended = {w[0] + rho * g[0] / (norm + 1e-12), w[1] + rho * g[1] / (norm + 1e-12)};
-  const std::vector<double> g2 = gradient(ascended);
+  const std::vector<double> g2 = gradient(ascended, y_scale);
   return {w[0] - lr * g2[0], w[1] - lr * g2[1]};
 }
 
@@ -62,7 +63,14 @@ struct LeastSquares {
 };
 
 // The least-squares rows (repeated `copies` times: one batch each) trained with SGD at lr 0.1 and the sam plugin.
-std::unique_ptr<LeastSquares> least_squares(const std::string& toml, baton::TrainerOptions options, int copies = 1) {
+// Doubles the targets at before_forward, without putting them back: a pass that started from State's batch as the
+// first pass left it would see them doubled twice.
+struct DoubleTargets : baton::Callback {
+  void before_forward(baton::State& s, baton::Logger&) override { s.batch["targets"] = s.batch["targets"] * 2; }
+};
+
+std::unique_ptr<LeastSquares> least_squares(const std::string& toml, baton::TrainerOptions options, int copies = 1,
+                                            std::shared_ptr<baton::Plugin> extra = nullptr) {
   auto r = std::make_unique<LeastSquares>();
   {
     c10::NoGradGuard no_grad;
@@ -97,6 +105,7 @@ std::unique_ptr<LeastSquares> least_squares(const std::string& toml, baton::Trai
   r->sam = load(toml, "sam");
   r->trainer->add_plugin("sam", r->sam.plugin);
   r->trainer->add_plugin("counter", r->counter);
+  if (extra) r->trainer->add_plugin("extra", extra);
   r->trainer->fit();
   return r;
 }
@@ -118,6 +127,16 @@ TEST_SUITE("sam_plugin") {
     auto split = least_squares("rho = 0.2", options);
     CHECK(max_abs_difference(weights_of(*split), expected) < 1e-6);
     CHECK(*split->forwards == 4);  // two microbatches, twice
+  }
+
+  TEST_CASE("the second pass starts from the step's batch, not from what the first pass's events left on State") {
+    auto r = least_squares("rho = 0.2", quiet_options(), 1, std::make_shared<DoubleTargets>());
+    CHECK(max_abs_difference(weights_of(*r), sam_step(kW0, 0.2, 0.1, 2)) < 1e-6);
+    // Targets doubled again in the second pass (the ascent from 2y, the gradient there from 4y) land elsewhere.
+    const std::vector<double> g = gradient(kW0, 2);
+    const double norm = std::sqrt(g[0] * g[0] + g[1] * g[1]);
+    const std::vector<double> g4 = gradient({kW0[0] + 0.2 * g[0] / norm, kW0[1] + 0.2 * g[1] / norm}, 4);
+    CHECK(max_abs_difference(weights_of(*r), {kW0[0] - 0.1 * g4[0], kW0[1] - 0.1 * g4[1]}) > 1e-3);
   }
 
   TEST_CASE("interval = 2 costs two forward and backward passes on every second step only") {
