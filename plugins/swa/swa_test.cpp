@@ -14,6 +14,7 @@
 #include <torch/optim/sgd.h>
 
 #include "algorithm_test_support.h"
+#include "loopback_ranks.h"
 
 using namespace algorithm_test;
 
@@ -49,12 +50,15 @@ struct Run {
   baton::LoadedPlugin swa;
 };
 
-Run normed_run(const std::string& toml, Time duration, double lr = 0.1) {
+// `communicator`: one of 2 ranks, each with batches of 2 (the same global batch of 4).
+Run normed_run(const std::string& toml, Time duration, double lr = 0.1,
+               std::shared_ptr<baton::Communicator> communicator = nullptr) {
   Run r;
   at::manual_seed(3);
   r.net = NormedNet();
   auto options = quiet_options();
-  options.batch_size = 4;
+  options.communicator = communicator;
+  options.batch_size = communicator ? 2 : 4;
   options.shuffle = false;
   options.max_duration = duration;
   auto optimizer = std::make_shared<torch::optim::SGD>(r.net->parameters(), torch::optim::SGDOptions(lr));
@@ -128,14 +132,40 @@ struct Forced {
   std::shared_ptr<Probe> probe = std::make_shared<Probe>();
 };
 
-std::unique_ptr<Forced> forced_run(const std::string& toml, Time duration) {
+std::unique_ptr<Forced> forced_run(const std::string& toml, Time duration,
+                                   std::shared_ptr<baton::Communicator> communicator = nullptr) {
   auto f = std::make_unique<Forced>();
-  f->run = normed_run(toml, duration);
+  f->run = normed_run(toml, duration, 0.1, communicator);
   f->run.trainer->add_plugin("force", f->force);
   f->run.trainer->add_plugin("swa", f->run.swa.plugin);
   f->run.trainer->add_plugin("probe", f->probe);
   f->run.trainer->fit();
   return f;
+}
+
+// By hand: per batch of 4 rows in order, the mean and unbiased variance of each of fc1's 3 outputs under `weights`;
+// the statistics are their means over the 3 batches (PyTorch's update_bn: cumulative averages).
+std::pair<std::vector<double>, std::vector<double>> hand_statistics(const Weights& weights) {
+  const Rows w = rows_of(weights.at("fc1.weight"));  // [3][4]
+  const std::vector<double> bias = values_of(weights.at("fc1.bias"));
+  const Rows x = rows_of(twelve_rows()->inputs);
+  std::vector<double> mean(3, 0.0), var(3, 0.0);
+  for (int batch = 0; batch < 3; ++batch)
+    for (int k = 0; k < 3; ++k) {
+      std::vector<double> h;
+      for (int r = 4 * batch; r < 4 * batch + 4; ++r) {
+        double v = bias[k];
+        for (int j = 0; j < 4; ++j) v += w[k][j] * x[r][j];
+        h.push_back(v);
+      }
+      double m = 0;
+      for (double v : h) m += v / 4.0;
+      double s = 0;
+      for (double v : h) s += (v - m) * (v - m) / 3.0;
+      mean[k] += m / 3.0;
+      var[k] += s / 3.0;
+    }
+  return {mean, var};
 }
 
 bool warned(const baton::Trainer& trainer, const std::string& part) {
@@ -173,28 +203,7 @@ TEST_SUITE("swa_plugin") {
 
   TEST_CASE("batch-norm statistics after swa_end are a pass of the averaged model over the training data") {
     auto f = forced_run("swa_start = \"2ba\"\nswa_end = \"5ba\"\nupdate_interval = \"1ba\"", Time(6, TimeUnit::batch));
-    const Weights average = mean_of(f->force->at_batch, {2, 3, 4, 5});
-    const Rows w = rows_of(average.at("fc1.weight"));  // [3][4]
-    const std::vector<double> bias = values_of(average.at("fc1.bias"));
-    const Rows x = rows_of(twelve_rows()->inputs);
-    // By hand: per batch of 4 rows in order, the mean and unbiased variance of each of fc1's 3 outputs; the
-    // statistics are their means over the 3 batches (PyTorch's update_bn: cumulative averages).
-    std::vector<double> mean(3, 0.0), var(3, 0.0);
-    for (int batch = 0; batch < 3; ++batch)
-      for (int k = 0; k < 3; ++k) {
-        std::vector<double> h;
-        for (int r = 4 * batch; r < 4 * batch + 4; ++r) {
-          double v = bias[k];
-          for (int j = 0; j < 4; ++j) v += w[k][j] * x[r][j];
-          h.push_back(v);
-        }
-        double m = 0;
-        for (double v : h) m += v / 4.0;
-        double s = 0;
-        for (double v : h) s += (v - m) * (v - m) / 3.0;
-        mean[k] += m / 3.0;
-        var[k] += s / 3.0;
-      }
+    const auto [mean, var] = hand_statistics(mean_of(f->force->at_batch, {2, 3, 4, 5}));
     const Weights& after = f->probe->at_batch.at(5);
     CHECK(max_abs_difference(values_of(after.at("bn.running_mean")), mean) < 1e-5);
     CHECK(max_abs_difference(values_of(after.at("bn.running_var")), var) < 1e-5);
@@ -203,6 +212,22 @@ TEST_SUITE("swa_plugin") {
     CHECK(max_abs_difference(values_of(f->probe->at_batch.at(4).at("bn.running_mean")), mean) > 1e-3);
     // The pass leaves the momentum as it was: the next training batch blends with 0.1 again (batch 6's step).
     CHECK(f->run.net->bn->options.momentum().value() == doctest::Approx(0.1));
+  }
+
+  TEST_CASE("on 2 Gloo ranks the statistics are averaged across ranks: the mean over all the training data") {
+    // Each rank passes over its own 6 rows (3 batches of 2); the means of equal-sized batches averaged over both
+    // ranks are the mean over all 12 rows, the 1-rank hand value. (The variances are of other batches, so only
+    // agreement across ranks is checked for them.)
+    const std::string toml = "swa_start = \"2ba\"\nswa_end = \"5ba\"\nupdate_interval = \"1ba\"";
+    std::vector<Weights> at_end(2);
+    std::vector<double> mean;
+    baton::test::run_ranks(2, [&](std::shared_ptr<baton::Communicator> comm) {
+      auto f = forced_run(toml, Time(6, TimeUnit::batch), comm);
+      at_end[static_cast<std::size_t>(comm->rank())] = f->probe->at_batch.at(5);
+      if (comm->rank() == 0) mean = hand_statistics(mean_of(f->force->at_batch, {2, 3, 4, 5})).first;
+    });
+    CHECK(max_abs_difference(values_of(at_end[0].at("bn.running_mean")), mean) < 1e-5);
+    CHECK(bitwise_equal(at_end[0], at_end[1]));
   }
 
   TEST_CASE("the learning rate during SWA anneals to swa_lr as PyTorch's SWALR, then stays") {
