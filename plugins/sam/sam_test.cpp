@@ -164,6 +164,35 @@ TEST_SUITE("sam_plugin") {
     CHECK(max_abs_difference(results[1], expected) < 1e-6);
   }
 
+  TEST_CASE("a model with its own training step cannot be stepped again: sam fails naming the reason") {
+    torch::nn::Linear linear(torch::nn::LinearOptions(2, 1).bias(false));
+    baton::Model model(linear);
+    model.with_training_step([linear](const baton::Batch& b, baton::StepContext& step) mutable {
+      const at::Tensor loss = (linear->forward(b["inputs"]).squeeze(1) - b["targets"]).pow(2).mean();
+      step.backward(loss);
+      step.step("optimizer");
+      return loss;
+    });
+    auto data = std::make_shared<baton::TensorDataset>();
+    data->inputs = at::tensor(std::vector<double>{1, 2, 3, -1, 0.5, 1, -2, 1}, at::kDouble).to(at::kFloat).reshape({4, 2});
+    data->targets = at::tensor(kY, at::kDouble).to(at::kFloat);
+    auto options = quiet_options();
+    options.batch_size = 4;
+    options.max_duration = Time(1, TimeUnit::batch);
+    auto optimizer = std::make_shared<torch::optim::SGD>(linear->parameters(), torch::optim::SGDOptions(0.1));
+    baton::Trainer trainer(model, optimizer, data, std::make_shared<baton::TensorDataset>(), options);
+    auto sam = load("", "sam");
+    trainer.add_plugin("sam", sam.plugin);
+    std::string error;
+    try {
+      trainer.fit();
+    } catch (const baton::Error& e) {
+      error = e.what();
+    }
+    CHECK(contains(error, "plugin 'sam' failed on event after_train_batch"));
+    CHECK(contains(error, "own training_step"));
+  }
+
   TEST_CASE("keys are checked against Composer's ranges") {
     CHECK(contains(config_error("rho = 0", "sam"), "rho"));
     CHECK(contains(config_error("epsilon = -1", "sam"), "epsilon"));
