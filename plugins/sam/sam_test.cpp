@@ -174,7 +174,7 @@ TEST_SUITE("sam_plugin") {
       return loss;
     });
     auto data = std::make_shared<baton::TensorDataset>();
-    data->inputs = at::tensor(std::vector<double>{1, 2, 3, -1, 0.5, 1, -2, 1}, at::kDouble).to(at::kFloat).reshape({4, 2});
+    data->inputs = at::tensor(std::vector<double>{1, 2, 3, -1, 0.5, 1, -2, 1}, at::kDouble).to(at::kFloat).view({4, 2});
     data->targets = at::tensor(kY, at::kDouble).to(at::kFloat);
     auto options = quiet_options();
     options.batch_size = 4;

@@ -148,7 +148,8 @@ class Swa final : public baton::Algorithm {
         names_.push_back(key.substr(prefix.size()));
         average_.push_back(in.tensor(key).clone());
       }
-    for (std::size_t i = 0; in.has("lr0/" + std::to_string(i)); ++i) lr0_.push_back(in.get_double("lr0/" + std::to_string(i)));
+    for (std::size_t i = 0; in.has("lr0/" + std::to_string(i)); ++i)
+      lr0_.push_back(in.get_double("lr0/" + std::to_string(i)));
   }
 
  private:
