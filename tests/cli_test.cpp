@@ -1087,6 +1087,40 @@ TEST_SUITE("cli") {
                                    "model settings than this run's: data.train_size (512, now 1024)"));
   }
 
+  TEST_CASE("issue 24 §7: a metric no pass or plugin logs is refused by check, at its key, listing the real ones") {
+    auto dir = scratch("watched-metrics");
+    const std::string stopper = quick_config("\n[[plugins]]\nname = \"early_stopper\"\nmonitor = \"eval/acc\"\n");
+    const auto last_line = std::to_string(std::count(stopper.begin(), stopper.end(), '\n'));
+    write(dir / "stopper.toml", stopper);
+    for (const char* command : {"check", "train"}) {
+      auto result = run_baton(dir, {command, "stopper.toml"});
+      CHECK(result.status == 2);
+      CHECK_MESSAGE(contains(result.err, "error: stopper.toml:" + last_line + ":11: plugins.early_stopper.monitor: "
+                                         "this run logs no metric 'eval/acc' (did you mean 'eval/accuracy'?); it "
+                                         "logs train/loss, lr, eval/loss, eval/accuracy"),
+                    result.err);
+    }
+    CHECK_FALSE(fs::exists(dir / "runs" / "quick" / "checkpoints"));
+
+    // The passes plugins add and the metrics they declare count: the EMA's raw pass (with eval = "both") and a
+    // speed_monitor's value.
+    const std::string ema = quick_config(
+        "\n[[plugins]]\nname = \"speed_monitor\"\n"
+        "\n[[plugins]]\nname = \"threshold_stopper\"\nmonitor = \"throughput/batches_per_sec\"\nthreshold = 1e9\n"
+        "\n[[plugins]]\nname = \"ema\"\nhalf_life = \"1ba\"\neval = \"both\"\nselect = { metric = \"eval_raw/accuracy\", mode = \"max\" }\n");
+    write(dir / "ema.toml", ema);
+    auto good = run_baton(dir, {"check", "ema.toml"});
+    CHECK_MESSAGE(good.status == 0, good.err);
+    write(dir / "typo.toml", quick_config() + "\n[[plugins]]\nname = \"ema\"\nhalf_life = \"1ba\"\neval = \"both\"\n"
+                                     "select = { metric = \"eval_raw/acuracy\", mode = \"max\" }\n");
+    auto typo = run_baton(dir, {"check", "typo.toml"});
+    CHECK(typo.status == 2);
+    CHECK_MESSAGE(contains(typo.err, "plugins.ema.select.metric: this run logs no metric 'eval_raw/acuracy' (did you "
+                                     "mean 'eval_raw/accuracy'?); it logs train/loss, lr, eval/loss, eval/accuracy, "
+                                     "eval_raw/loss, eval_raw/accuracy, ema/smoothing, ema/half_life_batches"),
+                  typo.err);
+  }
+
   TEST_CASE("issue 24 §5-6: check refuses mse on classes; a LibTorch error names the step and batch, no backtrace") {
     auto dir = scratch("step-errors");
     write(dir / "run.toml", quick_config());
@@ -1095,15 +1129,53 @@ TEST_SUITE("cli") {
     CHECK(contains(mse.err, "--set loss.name=mse: loss.name: mse compares outputs with values, but the data's "
                             "'targets' are class indices (10 classes): use cross_entropy"));
 
-    // Images made smaller than the mlp's fixed input: LibTorch's error, with what baton was doing.
+    // progressive_resizing with the mlp, which flattens a fixed size: check and train refuse it before training,
+    // with the model's own reason and without a backtrace.
     write(dir / "resize.toml", quick_config("\n[[plugins]]\nname = \"progressive_resizing\"\ndelay_fraction = 0.0\n"));
+    const std::string refusal = "progressive_resizing: the model cannot take the smaller images this plugin makes: at "
+                                "initial_scale 0.5 the 28x28 images of 'inputs' become 16x16, and the model's "
+                                "forward fails on them (";
+    auto checked = run_baton(dir, {"check", "resize.toml"});
+    CHECK(checked.status == 2);
+    CHECK_MESSAGE(contains(checked.err, refusal), checked.err);
+    CHECK(contains(checked.err, "mat1 and mat2 shapes cannot be multiplied"));
     auto resized = run_baton(dir, {"train", "resize.toml"});
     CHECK(resized.status == 1);
-    CHECK(contains(resized.err, "error: training batch 1 of epoch 1 (ep 0 ba 0): the model's forward failed on "
-                                "inputs [64, 1, 16, 16] Float, targets [64] Long (the data's inputs are [1, 28, 28] "
-                                "per sample: a plugin changed them before this step"));
-    CHECK(contains(resized.err, "mat1 and mat2 shapes cannot be multiplied"));
-    CHECK_FALSE(contains(resized.err, "Exception raised from"));
-    CHECK_FALSE(contains(resized.err, "frame #"));
+    CHECK_MESSAGE(contains(resized.err, refusal), resized.err);
+    CHECK_FALSE(fs::exists(dir / "runs" / "quick" / "checkpoints"));
+    for (const auto* out : {&checked.err, &resized.err}) {
+      CHECK_FALSE(contains(*out, "Exception raised from"));
+      CHECK_FALSE(contains(*out, "frame #"));
+    }
+
+    // The convnet with global_pool takes them: check passes, and the run trains on the smaller images.
+    write(dir / "pooled.toml", quick_config_with("name = \"mlp\"\nwidths = [32]",
+                                                 "name = \"convnet\"\nwidths = [8]\nglobal_pool = true") +
+                                   "\n[[plugins]]\nname = \"progressive_resizing\"\ndelay_fraction = 0.0\n");
+    auto pooled_check = run_baton(dir, {"check", "pooled.toml"});
+    CHECK_MESSAGE(pooled_check.status == 0, pooled_check.err);
+    auto pooled = run_baton(dir, {"train", "pooled.toml"});
+    CHECK_MESSAGE(pooled.status == 0, pooled.err);
+    double narrowest = 1e9;
+    std::istringstream records(read_bytes(dir / "runs" / "quick" / "metrics.jsonl"));
+    for (std::string line; std::getline(records, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record.contains("progressive_resizing/width"))
+        narrowest = std::min(narrowest, record["progressive_resizing/width"].get<double>());
+    }
+    CHECK(narrowest == 16);
+    fs::remove_all(dir / "runs");
+
+    // Inputs a plugin narrows inside the step: LibTorch's error, with what baton was doing.
+    write(dir / "narrow.toml", quick_config("\n[[plugins]]\npath = \"" + fixture("fixture_narrow_inputs") + "\"\n"));
+    auto narrowed = run_baton(dir, {"train", "narrow.toml", "--allow-insecure-plugins"});
+    CHECK(narrowed.status == 1);
+    CHECK_MESSAGE(contains(narrowed.err, "error: training batch 1 of epoch 1 (ep 0 ba 0): the model's forward failed "
+                                         "on inputs [64, 1, 28, 14] Float, targets [64] Long (the data's inputs are "
+                                         "[1, 28, 28] per sample: a plugin changed them before this step"),
+                  narrowed.err);
+    CHECK(contains(narrowed.err, "mat1 and mat2 shapes cannot be multiplied"));
+    CHECK_FALSE(contains(narrowed.err, "Exception raised from"));
+    CHECK_FALSE(contains(narrowed.err, "frame #"));
   }
 }

@@ -25,7 +25,8 @@ import tomllib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "support"))
 from checks import check, finish, run  # noqa: E402
 
-# Images (1x28x28) and a convnet, so that image algorithms (mixup, cutmix, channels_last) apply as documented.
+# Images (1x28x28) and a convnet, so that image algorithms (mixup, cutmix, channels_last) apply as documented; it pools
+# globally, so progressive_resizing's smaller images fit it too.
 BASE = """[run]
 name = "docs_check"
 dir = "runs"
@@ -40,6 +41,7 @@ eval_size = 64
 [model]
 name = "convnet"
 widths = [8]
+global_pool = true
 """
 # Sections a fragment may hold and still be checked on top of BASE.
 FRAGMENT_SECTIONS = {"loss", "optimizer", "scheduler", "trainer", "checkpoint", "distributed", "plugins"}

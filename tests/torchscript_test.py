@@ -311,6 +311,23 @@ def check_errors(baton, folder):
           f"a missing file: {proc.stderr.strip()!r}")
 
 
+def check_traced_mode(baton, folder):
+    """A trace records dropout and batch norm in the mode it ran in: baton says which at load, once; a scripted
+    model and a trace without such layers get no such line."""
+    for mode in ("train", "eval"):
+        net = Net()
+        net.train(mode == "train")
+        torch.jit.save(torch.jit.trace(net, torch.zeros(4, FEATURES)), str(folder / f"traced_{mode}.pt"))
+        proc = run(baton + ["check", write_config(folder, f"traced_{mode}", f"traced_{mode}.pt")], folder)
+        lines = [line for line in proc.stdout.splitlines() if "was traced in" in line]
+        check(len(lines) == 1 and f"traced in {mode} mode" in lines[0],
+              f"a model traced in {mode} mode: {proc.stdout.strip()!r}")
+    for model_file in ("scripted.pt", "traced.pt"):
+        proc = run(baton + ["check", write_config(folder, "mode_" + model_file[:-3], model_file)], folder)
+        check("was traced in" not in proc.stdout, f"{model_file}: no note expected, got {proc.stdout.strip()!r}")
+    print("  traced mode: named once for traces in train and eval mode; none for scripted or mode-free models")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--baton", required=True)
@@ -338,6 +355,7 @@ def main():
     check_resume(baton, folder, reference)
     check_data_parallel(baton, folder)
     check_two_inputs(baton, folder, inputs, labels)
+    check_traced_mode(baton, folder)
     check_errors(baton, folder)
     return finish("torchscript", started)
 

@@ -157,17 +157,29 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
 int run_check(const CommonArgs& args, bool print) {
   baton::RunConfig config = load(args);
   baton::check_machine(config);
-  std::vector<baton::LoadedPlugin> plugins;
+  // The run as train would build it (the data is loaded), writing nothing: a bad key of any component is found
+  // here, and the plugins' init checks what they can know before a run (the metrics they watch, the model
+  // against the batches they make).
+  baton::RunOptions options;
+  options.write_run_dir = false;
+  options.quiet = true;
+  options.allow_insecure_plugins = args.allow_insecure;
+  std::unique_ptr<baton::Run> run;
   try {
-    plugins = baton::load_plugins(config, args.allow_insecure);
+    run = baton::build_run(config, options);
   } catch (const baton::PluginEntryError& e) {
     // For `check` every problem found in the configuration, a plugin it names included, is a usage error.
     throw e.as_config_error();
   }
-  // The components as train would build them (the data is loaded): a bad key of any of them is found here.
-  baton::build_components(config);
+  try {
+    run->trainer->check();
+  } catch (const baton::PluginError& e) {
+    // A plugin refusing the run at init (a model that cannot take its batches) is a configuration problem too.
+    throw baton::ConfigError(baton::SourceLocation{args.config_path, 0, 0}, "plugins", e.what());
+  }
   if (print) std::printf("%s\n", baton::resolved_config_text(config).c_str());
-  std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins.size(), plugins.size() == 1 ? "" : "s");
+  const std::size_t plugins = run->plugins.size();
+  std::printf("%s: ok (%zu plugin%s)\n", args.config_path.c_str(), plugins, plugins == 1 ? "" : "s");
   return 0;
 }
 

@@ -58,7 +58,8 @@ TORCH_MODULE(Mlp);
 
 class ConvNetImpl : public torch::nn::Module {
  public:
-  ConvNetImpl(const ModelSpec& spec, const std::vector<std::int64_t>& widths) : dropout_(spec.dropout) {
+  ConvNetImpl(const ModelSpec& spec, const std::vector<std::int64_t>& widths)
+      : dropout_(spec.dropout), global_pool_(spec.global_pool) {
     torch::nn::Sequential features;
     std::int64_t channels = spec.input_shape[0];
     std::int64_t height = spec.input_shape[1], width_px = spec.input_shape[2];
@@ -73,7 +74,7 @@ class ConvNetImpl : public torch::nn::Module {
       width_px /= 2;
     }
     torch::nn::Sequential classifier;
-    classifier->push_back(torch::nn::Linear(channels * height * width_px, kConvHidden));
+    classifier->push_back(torch::nn::Linear(global_pool_ ? channels : channels * height * width_px, kConvHidden));
     classifier->push_back(torch::nn::ReLU());
     classifier->push_back(torch::nn::Linear(kConvHidden, spec.outputs));
     features_ = register_module("features", features);
@@ -82,7 +83,8 @@ class ConvNetImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& x) {
     // classifier: Linear, ReLU, (dropout, functional: the names stay those of the model without it), Linear.
-    at::Tensor h = features_->forward(x).flatten(1);
+    at::Tensor h = features_->forward(x);
+    h = global_pool_ ? h.mean({2, 3}) : h.flatten(1);
     h = classifier_[1]->as<torch::nn::ReLU>()->forward(classifier_[0]->as<torch::nn::Linear>()->forward(h));
     if (dropout_ > 0) h = at::dropout(h, dropout_, is_training());
     return classifier_[2]->as<torch::nn::Linear>()->forward(h);
@@ -92,6 +94,7 @@ class ConvNetImpl : public torch::nn::Module {
   torch::nn::Sequential features_;
   torch::nn::Sequential classifier_;
   double dropout_;
+  bool global_pool_;
 };
 TORCH_MODULE(ConvNet);
 
@@ -164,6 +167,7 @@ ModelFactory builtin_factory(const std::string& name, bool need_one, std::vector
     spec.name = name;
     spec.widths = read_widths(config, need_one, fallback);
     spec.dropout = config.get_number_or("dropout", 0.0, Range::half_open(0, 1));
+    if (name == "convnet") spec.global_pool = config.get_or<bool>("global_pool", false);
     spec.input_shape = data.input_shape;
     spec.outputs = data.output_size();
     try {
@@ -181,7 +185,8 @@ void register_builtin_models(Components& components) {
   components.models.add("mlp", "flatten, Linear+ReLU per width (default [256, 128]), Linear",
                         builtin_factory("mlp", false, {256, 128}));
   components.models.add("convnet",
-                        "per width (default [32, 64]) Conv3x3+BatchNorm+ReLU+MaxPool2, then Linear(128)+ReLU, Linear",
+                        "per width (default [32, 64]) Conv3x3+BatchNorm+ReLU+MaxPool2, then Linear(128)+ReLU, Linear; "
+                        "global_pool = true averages each channel first, so any image size fits",
                         builtin_factory("convnet", true, {32, 64}));
 }
 

@@ -2,6 +2,11 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/batch_norm.h>
+#include <ATen/ops/conv2d.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/max_pool2d.h>
+#include <ATen/ops/relu.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
@@ -114,6 +119,37 @@ TEST_SUITE("models") {
     CHECK(buffers["features.5.running_mean"].size(0) == 64);
     // Default widths {32, 64}: 28 -> 14 -> 7, so 64 * 7 * 7 inputs to the first classifier layer.
     CHECK(parameter_shapes(model).at("classifier.0.weight") == std::vector<std::int64_t>{128, 64 * 7 * 7});
+  }
+
+  TEST_CASE("a convnet with global_pool averages each channel: any image size fits, as the operators compute it") {
+    ModelSpec spec = spec_named("convnet", {8});
+    spec.global_pool = true;
+    auto model = make_model(spec);
+    // One block of 8 channels: the first classifier layer takes the 8 channel means, whatever the image size.
+    CHECK(parameter_shapes(model).at("classifier.0.weight") == std::vector<std::int64_t>{128, 8});
+    model.ptr()->eval();
+    const auto p = model.ptr()->named_parameters();
+    const auto b = model.ptr()->named_buffers();
+    for (std::int64_t side : {28, 16, 9}) {
+      CAPTURE(side);
+      at::manual_seed(side);
+      const at::Tensor x = at::randn({3, 1, side, side});
+      const at::Tensor got = model.forward(x);
+      // The same computation from the operators: conv, batch norm with its running statistics, ReLU, 2x2 max
+      // pooling, the mean over height and width, then Linear, ReLU, Linear.
+      at::Tensor h = at::conv2d(x, p["features.0.weight"], {}, 1, 1);
+      h = at::batch_norm(h, p["features.1.weight"], p["features.1.bias"], b["features.1.running_mean"],
+                         b["features.1.running_var"], false, 0.1, 1e-5, false);
+      h = at::max_pool2d(at::relu(h), {2, 2});
+      h = h.mean({2, 3});
+      h = at::relu(at::linear(h, p["classifier.0.weight"], p["classifier.0.bias"]));
+      const at::Tensor expected = at::linear(h, p["classifier.2.weight"], p["classifier.2.bias"]);
+      REQUIRE(got.sizes() == expected.sizes());
+      CHECK(at::allclose(got, expected, 1e-5, 1e-6));
+    }
+    // Without it, a size other than the data's does not fit the classifier.
+    auto flat = make_model(spec_named("convnet", {8}));
+    CHECK_THROWS(flat.forward(at::randn({3, 1, 16, 16})));
   }
 
   TEST_CASE("the global seed decides the weights") {

@@ -7,13 +7,19 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/nn/module.h>
@@ -35,6 +41,30 @@ void mirror(torch::nn::Module& into, const torch::jit::Module& from) {
     mirror(*child, c.value);
     into.register_module(c.name, child);
   }
+}
+
+// The mode a traced module was recorded in, read from its mode-dependent operators: a trace records their
+// `train`/`training` argument as a constant, where a scripted module reads its `training` attribute at run time.
+// "" when no such operator reads a constant (a scripted module, or a trace without dropout or batch norm).
+std::string traced_mode(const torch::jit::Module& module) {
+  static const std::vector<std::string> kinds = {"aten::dropout",       "aten::dropout_",
+                                                 "aten::feature_dropout", "aten::alpha_dropout",
+                                                 "aten::feature_alpha_dropout", "aten::batch_norm",
+                                                 "aten::_batch_norm_impl_index"};
+  auto graph = module.get_method("forward").graph()->copy();
+  torch::jit::Inline(*graph);  // a submodule's operators are inside its own method until inlined
+  for (torch::jit::Node* node : graph->nodes()) {
+    if (std::find(kinds.begin(), kinds.end(), node->kind().toQualString()) == kinds.end()) continue;
+    const torch::jit::FunctionSchema* schema = node->maybeSchema();
+    if (schema == nullptr) continue;
+    for (const char* name : {"train", "training"}) {
+      const auto index = schema->argumentIndexWithName(name);
+      if (!index) continue;
+      const auto value = torch::jit::toIValue(node->input(*index));
+      if (value && value->isBool()) return value->toBool() ? "train" : "eval";
+    }
+  }
+  return "";
 }
 
 class ScriptedModule final : public torch::nn::Module {
@@ -117,6 +147,15 @@ Model torchscript_model(const torch::jit::Module& module, TorchScriptFields fiel
   // LibTorch's TensorExpr fuser compiles fused CPU kernels with LLVM at the first steps; on Debian 13's LibTorch
   // 2.6 that compilation ran for minutes on a three-layer model. The interpreter runs the same operators unfused.
   torch::jit::setTensorExprFuserEnabled(false);
+  // A trace fixed its dropout and batch norm in one mode, whatever mode training and evaluation set: say which, once
+  // per load (rank 0 only under torchrun).
+  if (const std::string mode = traced_mode(module); !mode.empty()) {
+    const char* rank = std::getenv("RANK");
+    if (rank == nullptr || std::string(rank) == "0")
+      std::printf("baton: the TorchScript model was traced in %s mode: its dropout and batch norm act as in %s mode "
+                  "in training and evaluation alike (a trace records one mode; torch.jit.script keeps both)\n",
+                  mode.c_str(), mode.c_str());
+  }
   auto scripted = std::make_shared<ScriptedModule>(module, std::move(fields));
   scripted->train(module.is_training());
   return Model(scripted);  // its forward(Batch) -> Outputs

@@ -47,6 +47,18 @@ std::string Evaluator::key(const std::string& label, const std::string& name) co
   return set_.empty() ? label + "/" + name : label + "/" + set_ + "/" + name;
 }
 
+bool Evaluator::logs_loss() const { return static_cast<bool>(loss_) && !model_.has_eval_forward(); }
+
+std::vector<std::string> Evaluator::metric_names(const std::vector<std::string>& labels) const {
+  std::vector<std::string> names;
+  if (!has_data()) return names;
+  for (const auto& label : labels) {
+    if (logs_loss()) names.push_back(key(label, "loss"));
+    for (const auto& m : metrics_) names.push_back(key(label, m.name));
+  }
+  return names;
+}
+
 bool Evaluator::owns(const std::string& metric) const {
   // Pass labels are "eval" and what plugins add ("eval_raw"): one path segment, then the set's, then the metric.
   if (metric.rfind("eval", 0) != 0) return false;
@@ -101,8 +113,7 @@ EvalResult Evaluator::pass(const std::string& label) {
   auto started = std::chrono::steady_clock::now();
   double loss_sum = 0;
   std::int64_t seen = 0;
-  // A model that evaluates with a form of its own (it samples) has outputs no training loss compares.
-  const bool with_loss = static_cast<bool>(loss_) && !model_.has_eval_forward();
+  const bool with_loss = logs_loss();
   for (auto& m : metrics_) m.metric->reset();
   {
     c10::NoGradGuard no_grad;

@@ -53,6 +53,8 @@ class Evaluator {
   const std::string& set() const { return set_; }
   /// The metrics each pass computes, in order.
   const std::vector<NamedMetric>& metrics() const { return metrics_; }
+  /// The names the passes `labels` log on this set, in the order logged (none when the set is empty).
+  std::vector<std::string> metric_names(const std::vector<std::string>& labels) const;
   /// accuracy for class targets; mae, rmse, r2 for values; none for an empty set.
   static std::vector<NamedMetric> default_metrics(const DataSpec& spec);
 
@@ -60,6 +62,8 @@ class Evaluator {
   EvalResult pass(const std::string& label);
   /// "<label>/<name>", or "<label>/<set>/<name>" for an extra set.
   std::string key(const std::string& label, const std::string& name) const;
+  /// A model that evaluates with a form of its own (it samples) has outputs no training loss compares.
+  bool logs_loss() const;
   /// Whether a logged metric is one this evaluator computes (of any pass label).
   bool owns(const std::string& metric) const;
 

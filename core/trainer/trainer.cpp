@@ -32,6 +32,7 @@
 #include "engine/engine.h"
 #include "logging/progress.h"
 #include "logging/run_logger.h"
+#include "sdk/nearest.h"
 #include "sdk/step_generator.h"
 #include "trainer/checkpointer.h"
 #include "trainer/data_parallel.h"
@@ -242,7 +243,51 @@ struct Trainer::Impl {
     detail::CallbackOverrides::record(plots);
     engine.add(EngineEntry{"model_export", nullptr, &model_export});
     engine.add(EngineEntry{"eval_plots", nullptr, &plots});
+    offer_probe();
     fire(Event::init);
+    complete_metric_names();
+    check_watched_metrics();
+  }
+
+  // What a plugin needs at init to check that the model takes the batches it will make.
+  void offer_probe() {
+    if (train->size() > 0) state.example_batch = train->get(at::zeros({1}, at::kLong));
+    state.probe_forward = [this](const Batch& batch) {
+      c10::NoGradGuard no_grad;
+      const bool was_training = module->is_training();
+      module->eval();
+      struct Restore {
+        torch::nn::Module& m;
+        bool on;
+        ~Restore() { m.train(on); }
+      } restore{*module, was_training};
+      return model.forward(to_device(batch, at::Device(options.device)));
+    };
+  }
+
+  // After init every pass is known (plugins add theirs at init), and so is every name the run will log.
+  void complete_metric_names() {
+    std::vector<std::string> names = {"train/loss", "lr"};
+    for_each_eval_set([&](Evaluator& set, Schedule&) {
+      for (auto& name : set.metric_names(state.eval_labels)) names.push_back(std::move(name));
+    });
+    // The run's own first, then what plugins declared, each once.
+    for (auto& name : state.metric_names)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+    state.metric_names = std::move(names);
+  }
+
+  void check_watched_metrics() const {
+    for (const auto& watched : state.watched_metrics) {
+      const auto& names = state.metric_names;
+      if (std::find(names.begin(), names.end(), watched.metric) != names.end()) continue;
+      std::string all;
+      for (const auto& name : names) all += (all.empty() ? "" : ", ") + name;
+      throw ConfigError(watched.where, watched.key,
+                        "this run logs no metric '" + watched.metric + "'" +
+                            detail::did_you_mean(watched.metric, names) + "; it logs " + all +
+                            " (a plugin's own metrics count when it declares them in State::metric_names at init)");
+    }
   }
 
   // --- stopping ------------------------------------------------------------------------------------------------
@@ -894,6 +939,7 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }
 
+void Trainer::check() { impl_->ensure_init(); }
 FitResult Trainer::fit() { return impl_->fit(); }
 
 std::vector<EvalResult> Trainer::evaluate_standalone(const std::string& checkpoint) {

@@ -82,7 +82,12 @@ void StopMemory::load(const StateDict& in) {
 }
 
 MetricStopper::MetricStopper(std::string plugin_name, const PluginConfig& config)
-    : name_(std::move(plugin_name)), monitor_(read_monitor(config)), goal_(read_goal(config, monitor_)) {}
+    : name_(std::move(plugin_name)),
+      monitor_(read_monitor(config)),
+      goal_(read_goal(config, monitor_)),
+      watched_{monitor_, config.full_key("monitor"), config.where("monitor")} {}
+
+void MetricStopper::init(State& state, Logger&) { state.watched_metrics.push_back(watched_); }
 
 void MetricStopper::fit_start(State& state, Logger& logger) {
   on_fit_start(logger);

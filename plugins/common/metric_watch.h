@@ -61,6 +61,7 @@ class MetricStopper : public Callback {
  public:
   MetricStopper(std::string plugin_name, const PluginConfig& config);
 
+  void init(State& state, Logger& logger) override;
   void fit_start(State& state, Logger& logger) override;
   void eval_after_all(State& state, Logger& logger) override;
   void epoch_end(State& state, Logger& logger) override;
@@ -79,6 +80,7 @@ class MetricStopper : public Callback {
   const std::string name_;
   const std::string monitor_;
   const Goal goal_;
+  const WatchedMetric watched_;  // the monitor, checked against the run's metric names after init
   bool seen_ = false;  // a value of the metric came
   StopMemory memory_;
 

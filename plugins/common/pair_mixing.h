@@ -97,18 +97,23 @@ class PairMixing {
 /// loss at after_loss with interpolate_loss.
 class PairMixingAlgorithm : public baton::Algorithm {
  public:
-  PairMixingAlgorithm(const std::string& plugin, const baton::PluginConfig& config, double default_alpha)
-      : alpha_(read_alpha(config, default_alpha)),
+  /// `metric`: the one metric the subclass logs per batch, declared at init.
+  PairMixingAlgorithm(const std::string& plugin, const baton::PluginConfig& config, double default_alpha,
+                      std::string metric)
+      : metric_(std::move(metric)),
+        alpha_(read_alpha(config, default_alpha)),
         keys_(BatchKeys::from(config)),
         mixing_(plugin, config.get_or<bool>("interpolate_loss", false), keys_) {}
 
   bool match(baton::Event event, const baton::State&) override {
-    return event == baton::Event::after_dataloader || event == baton::Event::before_loss ||
+    return event == baton::Event::init || event == baton::Event::after_dataloader || event == baton::Event::before_loss ||
            (event == baton::Event::after_loss && mixing_.interpolates_loss());
   }
 
   void apply(baton::Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == baton::Event::after_dataloader)
+    if (event == baton::Event::init)
+      state.metric_names.push_back(metric_);
+    else if (event == baton::Event::after_dataloader)
       mix_inputs(state, logger);
     else if (event == baton::Event::before_loss)
       mixing_.before_loss(state);
@@ -120,6 +125,7 @@ class PairMixingAlgorithm : public baton::Algorithm {
   /// Mixes the input field with a permutation of the batch and starts mixing_ with it.
   virtual void mix_inputs(baton::State& state, baton::Logger& logger) = 0;
 
+  const std::string metric_;
   const double alpha_;
   const BatchKeys keys_;
   PairMixing mixing_;

@@ -55,7 +55,7 @@ Box draw_box(baton_algorithms::BatchRandom& random, std::int64_t height, std::in
 class CutMix final : public baton_algorithms::PairMixingAlgorithm {
  public:
   explicit CutMix(const baton::PluginConfig& config)
-      : PairMixingAlgorithm("cutmix", config, 1.0),
+      : PairMixingAlgorithm("cutmix", config, 1.0, "cutmix/lambda"),
         uniform_sampling_(config.get_or<bool>("uniform_sampling", false)) {}
 
  private:
@@ -76,7 +76,7 @@ class CutMix final : public baton_algorithms::PairMixingAlgorithm {
     inputs = mixed;
     const double lambda = 1.0 - static_cast<double>(box.area()) / static_cast<double>(height * width);
     mixing_.start(keys_.target_of(state), perm, lambda);
-    logger.log_metric("cutmix/lambda", lambda);
+    logger.log_metric(metric_, lambda);
   }
 
   bool uniform_sampling_;

@@ -183,6 +183,10 @@ class EmaAlgorithm final : public Algorithm {
     // Taking the request (State::eval_weights) tells the trainer that a plugin honours it.
     eval_weights_ = state.eval_weights;
     state.eval_weights.clear();
+    state.metric_names.insert(state.metric_names.end(), {"ema/smoothing", "ema/half_life_batches"});
+    if (settings_.select.enabled)
+      state.watched_metrics.push_back(WatchedMetric{settings_.select.metric, settings_.select.table.full_key("metric"),
+                                                    settings_.select.table.where("metric")});
     // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
     if (settings_.sharded.value_or(true) && state.communicator && state.world_size > 1) {
       EmaOptions options = settings_.ema;

@@ -178,7 +178,7 @@ TEST_SUITE("ema_plugin") {
     check_best_folder(dir, final_best);  // the rerun, being exact, selects the same again
   }
 
-  TEST_CASE("a metric that is never logged is an error at the first selection") {
+  TEST_CASE("a metric that no pass logs is refused before the run starts, at its key") {
     auto dir = baton::test::scratch_dir("ema-select-unknown");
     auto trainer = make_trainer(selecting_options(dir));
     auto ema = load_ema("smoothing = 0.5\n\nselect = { metric = \"eval/acc\", mode = \"max\" }");
@@ -190,9 +190,9 @@ TEST_SUITE("ema_plugin") {
       std::string what = e.what();
       CHECK(contains(what, "run.toml:3:"));
       CHECK(contains(what, "plugins.ema.select.metric"));
-      CHECK(contains(what, "'eval/acc' was never logged"));
-      CHECK(contains(what, "eval/accuracy"));
+      CHECK(contains(what, "this run logs no metric 'eval/acc' (did you mean 'eval/accuracy'?)"));
     }
+    CHECK(trainer->state().progress.now.batch == 0);  // refused at init: not a batch trained
     CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
   }
 }

@@ -71,9 +71,15 @@ class GradientClipping final : public baton::Algorithm {
   explicit GradientClipping(const baton::PluginConfig& config)
       : type_(read_type(config)), threshold_(read_threshold(config)) {}
 
-  bool match(Event event, const baton::State&) override { return event == Event::after_train_batch; }
+  bool match(Event event, const baton::State&) override {
+    return event == Event::init || event == Event::after_train_batch;
+  }
 
-  void apply(Event, baton::State& state, baton::Logger& logger) override {
+  void apply(Event event, baton::State& state, baton::Logger& logger) override {
+    if (event == Event::init) {
+      state.metric_names.push_back("gradient_clipping/grad_norm");
+      return;
+    }
     if (state.model == nullptr) throw baton::Error("gradient_clipping: State::model is null");
     c10::NoGradGuard no_grad;
     std::vector<at::Tensor> grads, weights;

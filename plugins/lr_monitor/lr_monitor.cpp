@@ -14,6 +14,12 @@ class LrMonitor final : public baton::Callback {
 
   // At batch_end the optimizer holds the lr this batch was trained with (the schedule sets it before the batch,
   // at before_train_batch), and the timestamp counts the batch, so the values land in that batch's line.
+  void init(baton::State& state, baton::Logger&) override {
+    if (!state.optimizer) return;
+    for (std::size_t i = 0; i < state.optimizer->param_groups().size(); ++i)
+      state.metric_names.push_back("lr/group" + std::to_string(i));
+  }
+
   void batch_end(baton::State& state, baton::Logger& logger) override {
     if (!state.optimizer) return;
     const auto& groups = state.optimizer->param_groups();

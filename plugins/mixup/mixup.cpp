@@ -30,7 +30,7 @@ using baton::Event;
 
 class MixUp final : public baton_algorithms::PairMixingAlgorithm {
  public:
-  explicit MixUp(const baton::PluginConfig& config) : PairMixingAlgorithm("mixup", config, 0.2) {}
+  explicit MixUp(const baton::PluginConfig& config) : PairMixingAlgorithm("mixup", config, 0.2, "mixup/mixing") {}
 
  private:
   void mix_inputs(baton::State& state, baton::Logger& logger) override {
@@ -44,7 +44,7 @@ class MixUp final : public baton_algorithms::PairMixingAlgorithm {
     const at::Tensor perm = baton_algorithms::index_tensor(random.permutation(inputs.size(0)), inputs.device());
     inputs = inputs.mul(1.0 - mixing).add(inputs.index_select(0, perm).mul(mixing));
     mixing_.start(keys_.target_of(state), perm, 1.0 - mixing);
-    logger.log_metric("mixup/mixing", mixing);
+    logger.log_metric(metric_, mixing);
   }
 
 };

@@ -15,8 +15,10 @@
 //   finetune_fraction = 0.2   # in [0, 1], with delay_fraction + finetune_fraction <= 1
 //   size_increment = 4        # integer >= 1: widths are multiples of it
 //
-// The model must accept the smaller images (global pooling before the classifier); a model that flattens a fixed
-// size (baton's mlp and convnet) cannot. Logs "progressive_resizing/height", "/width" and "/scale_factor".
+// The model must accept the smaller images (global pooling before the classifier, as baton's convnet with
+// global_pool = true); a model that flattens a fixed size (baton's mlp, its convnet without it) cannot, and at init the plugin runs the model on one training sample at the
+// smallest size it will make, so such a run (and `baton check`) fails before training with the model's reason.
+// Logs "progressive_resizing/height", "/width" and "/scale_factor".
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include <ATen/ops/upsample_nearest2d.h>
+#include <c10/util/Exception.h>
 
 #include "baton/plugin.h"
 #include "batch_keys.h"
@@ -59,18 +62,20 @@ class ProgressiveResizing final : public baton::Algorithm {
     if (size_increment_ < 1) config.fail("size_increment", "must be an integer >= 1, got " + std::to_string(size_increment_));
   }
 
-  bool match(Event event, const baton::State&) override { return event == Event::after_dataloader; }
+  bool match(Event event, const baton::State&) override {
+    return event == Event::init || event == Event::after_dataloader;
+  }
 
-  void apply(Event, baton::State& state, baton::Logger& logger) override {
+  void apply(Event event, baton::State& state, baton::Logger& logger) override {
+    if (event == Event::init) {
+      state.metric_names.insert(state.metric_names.end(), {"progressive_resizing/height", "progressive_resizing/width",
+                                                           "progressive_resizing/scale_factor"});
+      check_model(state);
+      return;
+    }
     at::Tensor& inputs = keys_.images_of(state, "progressive_resizing");
     const double scale = scale_at(state.progress.fraction());
-    const std::int64_t width = inputs.size(3);  // the scale is pinned on the width; the height follows it
-    // Python's round() (half to even, the current rounding mode's default), as Composer pins the width.
-    // At least one increment: a scale rounding to a width of 0 would leave no image (Composer fails there).
-    const double increment = static_cast<double>(size_increment_);
-    const double pinned =
-        std::max(std::nearbyint(static_cast<double>(width) * scale / increment) * increment, increment);
-    const double factor = pinned / static_cast<double>(width);
+    const double factor = factor_for(inputs.size(3), scale);
     if (factor < 1) inputs = mode_ == "crop" ? crop(state, inputs, factor) : resize(inputs, factor);
     logger.log_metric("progressive_resizing/height", static_cast<double>(inputs.size(2)));
     logger.log_metric("progressive_resizing/width", static_cast<double>(inputs.size(3)));
@@ -78,6 +83,45 @@ class ProgressiveResizing final : public baton::Algorithm {
   }
 
  private:
+  // The scale is pinned on the width (the height follows it): Python's round() (half to even, the current rounding
+  // mode's default), as Composer pins the width, and at least one increment, since a scale rounding to a width of
+  // 0 would leave no image (Composer fails there).
+  double factor_for(std::int64_t width, double scale) const {
+    const double increment = static_cast<double>(size_increment_);
+    const double pinned =
+        std::max(std::nearbyint(static_cast<double>(width) * scale / increment) * increment, increment);
+    return pinned / static_cast<double>(width);
+  }
+
+  // The smallest images of the run are those at initial_scale (the scale only grows); crop and resize make the same
+  // size. A model that cannot take them fails here, before training, with its own reason.
+  void check_model(const baton::State& state) const {
+    if (!state.probe_forward || !state.example_batch.has(keys_.input)) return;
+    baton::Batch probe = state.example_batch;
+    const at::Tensor images = probe[keys_.input];
+    if (images.dim() != 4) return;  // the first batch reports it, naming the field and its shape
+    const double factor = factor_for(images.size(3), initial_scale_);
+    if (factor >= 1) return;
+    const at::Tensor small = resize(images, factor);
+    probe.set(keys_.input, small);
+    std::string reason;
+    try {
+      state.probe_forward(probe);
+      return;
+    } catch (const c10::Error& e) {
+      reason = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    const auto size = [](const at::Tensor& t) { return std::to_string(t.size(2)) + "x" + std::to_string(t.size(3)); };
+    throw baton::Error("progressive_resizing: the model cannot take the smaller images this plugin makes: at "
+                       "initial_scale " + number_text(initial_scale_) + " the " + size(images) + " images of '" +
+                       keys_.input + "' become " + size(small) + ", and the model's forward fails on them (" +
+                       reason + "); use a model that pools globally before its classifier (baton's convnet with "
+                       "global_pool = true; its mlp, and its convnet without it, flatten a fixed size), or leave "
+                       "progressive_resizing out");
+  }
+
   double scale_at(double elapsed) const {
     double ramp = 0;
     if (elapsed >= delay_fraction_) {

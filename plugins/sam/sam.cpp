@@ -39,10 +39,15 @@ class Sam final : public baton::Algorithm {
 
   bool match(Event event, const baton::State& state) override {
     // The batch count moves after the step: this is batch now.batch + 1.
-    return event == Event::after_train_batch && (state.progress.now.batch + 1) % interval_ == 0;
+    return event == Event::init ||
+           (event == Event::after_train_batch && (state.progress.now.batch + 1) % interval_ == 0);
   }
 
-  void apply(Event, baton::State& state, baton::Logger& logger) override {
+  void apply(Event event, baton::State& state, baton::Logger& logger) override {
+    if (event == Event::init) {
+      state.metric_names.push_back("sam/grad_norm");
+      return;
+    }
     if (state.model == nullptr) throw baton::Error("sam: State::model is null");
     if (state.passes == nullptr) throw baton::Error("sam: needs a trainer that can run the step again");
     std::vector<at::Tensor> params, saved;

@@ -11,6 +11,13 @@ SpeedMonitor::SpeedMonitor(const PluginConfig& config, Clock clock)
     config.fail("window_size", "expected a number of batches >= 1, got " + std::to_string(window_size_));
 }
 
+void SpeedMonitor::init(State& state, Logger&) {
+  state.metric_names.insert(state.metric_names.end(),
+                            {"throughput/batches_per_sec", "throughput/samples_per_sec",
+                             "throughput/device/batches_per_sec", "throughput/device/samples_per_sec",
+                             "wall_clock/train", "wall_clock/val", "wall_clock/total"});
+}
+
 void SpeedMonitor::before_dataloader(State& state, Logger&) {
   batch_started_ = clock_();
   samples_before_ = state.timestamp().sample;

@@ -95,6 +95,7 @@ class Swa final : public baton::Algorithm {
 
   bool match(Event event, const baton::State&) override {
     switch (event) {
+      case Event::init:
       case Event::fit_start:
       case Event::after_load:
       case Event::before_train_batch:
@@ -108,6 +109,9 @@ class Swa final : public baton::Algorithm {
   void apply(Event event, baton::State& state, baton::Logger& logger) override {
     if (state.model == nullptr) throw baton::Error("swa: State::model is null");
     switch (event) {
+      case Event::init:
+        state.metric_names.push_back("swa/updates");
+        return;
       case Event::fit_start: return on_fit_start(state, logger);
       case Event::after_load: return to_device(state);
       case Event::before_train_batch: return apply_lr(state);

@@ -22,6 +22,9 @@ struct BATON_API ModelSpec {
   std::vector<std::int64_t> input_shape = {1, 28, 28};  // one sample's (convnet: channels, height, width)
   std::int64_t outputs = 10;                            // per sample: classes, or values to regress
   double dropout = 0;  // in [0, 1): dropout after each hidden ReLU of the mlp / the convnet's classifier, in training
+  // convnet: average each channel over the image before the classifier, so images of any size fit it (progressive
+  // resizing); false flattens the feature maps of the data's size, as trained before this existed.
+  bool global_pool = false;
 };
 
 /// Builds the model with LibTorch's default initialisation (so the global RNG seed decides the weights).

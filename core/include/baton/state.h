@@ -14,6 +14,7 @@
 #include <ATen/core/Generator.h>
 
 #include "baton/batch.h"
+#include "baton/error.h"
 #include "baton/export.h"
 #include "baton/state_dict.h"
 #include "baton/time.h"
@@ -72,6 +73,14 @@ class BATON_API TrainingPasses {
 struct StopRequest {
   bool requested = false;
   std::string reason;
+};
+
+/// A metric a plugin acts on (a stopper's `monitor`, the EMA's `select.metric`), with the configuration key that
+/// named it and where that key is (PluginConfig::full_key / where), so a name the run never logs is reported there.
+struct WatchedMetric {
+  std::string metric;
+  std::string key;
+  SourceLocation where;
 };
 
 /// Layout rule: a plugin reads State's members at the offsets it was compiled with, and only baton creates a State
@@ -168,6 +177,19 @@ struct BATON_API State {
   /// (Model::with_optimizers), State::optimizer being the first.
   std::vector<std::pair<std::string, torch::optim::Optimizer*>> optimizers;
 
+  /// The names of the metrics this run logs, known before it starts. A plugin that logs metrics of its own declares
+  /// them here at init ("ema/smoothing"); after init the trainer adds its own ("train/loss", "lr") and every
+  /// evaluation pass's ("<label>/loss" and "<label>/<metric>", with the set's name between for an extra set, for
+  /// each of eval_labels).
+  std::vector<std::string> metric_names;
+  /// Metrics plugins act on, named at init. After init the trainer checks each against metric_names, so a name no
+  /// pass or plugin logs is a configuration error at its key before the run starts, `baton check` included.
+  std::vector<WatchedMetric> watched_metrics;
+  /// From init on: the model's training forward on a batch, without gradients and in evaluation mode (the module's
+  /// mode is restored), for a plugin to check at init that the model takes the batches it will make.
+  std::function<Outputs(const Batch&)> probe_forward;
+  /// From init on: the first training sample as a batch of one, on the CPU; empty when there is no training data.
+  Batch example_batch;
   /// The trainer's passes a plugin may run (TrainingPasses); null when no trainer runs this State.
   TrainingPasses* passes = nullptr;
   /// The ids of the run's plugins, in the order they were added: their names in a configured run ("ema", "ema#2"),

@@ -174,6 +174,12 @@ class BATON_API Trainer {
     add_plugin(std::move(id), std::shared_ptr<Plugin>(std::move(plugin)));
   }
 
+  /// Fires init (plugins set up, add their evaluation passes, declare their metrics and check the model against
+  /// the batches they will make) and checks what is known before a run: every metric a plugin acts on is one the
+  /// run logs (ConfigError at the plugin's key otherwise). fit(), evaluate_standalone() and predict() do this
+  /// first; `baton check` calls it alone. Calling it again does nothing.
+  void check();
+
   /// Trains to max_duration (or until a plugin or signal asks to stop). fit_end fires and plugins are closed on
   /// every exit path; on an error the exception propagates after that, and the checkpoints on disk are intact.
   FitResult fit();
