@@ -31,6 +31,7 @@ Callback::~Callback() = default;
 
 Logger::~Logger() = default;
 CheckpointInProgress::~CheckpointInProgress() = default;
+TrainingPasses::~TrainingPasses() = default;
 
 void State::request_stop(std::string reason) {
   // The first reason wins: it is the one that explains why the run ended.

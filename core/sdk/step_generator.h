@@ -7,7 +7,8 @@
 namespace baton {
 
 /// Which kind of step a seed is for: training steps and evaluation batches draw from separate streams.
-enum class StepStream : std::uint64_t { train = 1, eval = 2, predict = 3 };
+/// `training_data` is a plugin's pass over the training data (TrainingPasses::forward_training_data).
+enum class StepStream : std::uint64_t { train = 1, eval = 2, predict = 3, training_data = 4 };
 
 /// For the life of the scope, State::generator is seeded from (seed, stream, index, rank) and is what
 /// step_generator() returns in this thread. `index` is the batch count for training, the batch's first sample for

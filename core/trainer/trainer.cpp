@@ -1,6 +1,7 @@
 // The trainer reads as its event timeline: fit → epochs → batches → microbatches, evaluation and checkpoints at the
 // points the schedule says. Its collaborators hold the rest: Checkpointer (capture, save, load, resume),
-// Evaluator (the passes and their history), Schedule (when to evaluate and save), and the built-in callbacks of
+// Evaluator (the passes and their history), Schedule (when to evaluate and save), Passes (what a plugin may run
+// besides events: the step's gradients again, a pass over the training data), and the built-in callbacks of
 // run_outputs.h (the final model export and chart).
 #include "baton/trainer.h"
 
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
@@ -129,6 +131,19 @@ void check_loader(const TrainerOptions& options) {
                 std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
 }
 
+// Gives `slot` a value for the life of the scope and clears it after, on every exit path.
+template <class T>
+class Scoped {
+ public:
+  Scoped(T& slot, T value) : slot_(slot) { slot_ = value; }
+  ~Scoped() { slot_ = T{}; }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+
+ private:
+  T& slot_;
+};
+
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -176,6 +191,7 @@ struct Trainer::Impl {
     state.run_dir = options.run_dir;
     state.model = module.get();
     state.optimizer = optimizer.get();
+    state.passes = &passes;
     state.progress.max_duration = options.max_duration;
     state.progress.batches_per_epoch = sampler.batches_per_epoch();
     // Progress counts the samples of all ranks: every rank's share of an epoch is the same size.
@@ -439,6 +455,79 @@ struct Trainer::Impl {
     return state.loss;
   }
 
+  // The gradients every plugin sees from after_train_batch on and the step uses: averaged across ranks, then
+  // unscaled (amp_fp16). Returns whether they hold an inf or a NaN, when the scaler skips the step; averaging spreads
+  // one rank's to all, so every rank skips the same steps.
+  bool reduce_gradients() {
+    average_gradients(comm(), *module);
+    return scaler && scaler->unscale(module->parameters());
+  }
+
+  // What a plugin may run besides events (baton::TrainingPasses on State::passes), each in its own window.
+  struct Passes final : TrainingPasses {
+    explicit Passes(Impl& trainer) : t(trainer) {}
+
+    bool recompute_gradients() override {
+      if (step_batch == nullptr)
+        throw Error(t.model.training_step()
+                        ? "recompute_gradients: the model trains by its own training_step, which the trainer cannot "
+                          "run again"
+                        : "recompute_gradients is only available at after_train_batch");
+      // The events of the pass may not recompute in turn; State keeps the first pass's data for the rest of the step.
+      const Batch* from = std::exchange(step_batch, nullptr);
+      Batch batch = std::move(t.state.batch);
+      Outputs outputs = std::move(t.state.outputs);
+      at::Tensor loss = std::move(t.state.loss);
+      for (const auto& o : t.optimizers) o.optimizer->zero_grad();
+      t.state.batch = *from;
+      {
+        // The same draws as the first pass (a diffusion model's timesteps and noise): the same loss function.
+        StepGeneratorScope again(t.state, StepStream::train, static_cast<std::uint64_t>(t.state.progress.now.batch));
+        t.forward_backward();
+      }
+      t.step_overflow = t.reduce_gradients();
+      t.state.batch = std::move(batch);
+      t.state.outputs = std::move(outputs);
+      t.state.loss = std::move(loss);
+      step_batch = from;
+      return !t.step_overflow;
+    }
+
+    void forward_training_data() override {
+      if (!t.fitting || t.in_step)
+        throw Error("forward_training_data is only available during fit, outside a training step (from batch_end "
+                    "on)");
+      const at::Device device(t.options.device);
+      const bool was_training = t.module->is_training();
+      t.module->train();
+      const std::int64_t batches = t.sampler.batches_per_epoch();
+      {
+        c10::NoGradGuard no_grad;
+        PrefetchLoader loader(*t.train, sampler_plan(t.sampler, t.state.progress.now.epoch, 0, batches),
+                              loader_options(t.options));
+        for (std::int64_t i = 0; i < batches; ++i) {
+          const Batch batch = to_device(loader.next(), device);
+          StepGeneratorScope random(t.state, StepStream::training_data, static_cast<std::uint64_t>(i));
+          AutocastScope autocast(t.precision, t.device_type);
+          detail::during_step([&] { return "a pass over the training data, batch " + std::to_string(i + 1); },
+                              "the model's forward", batch, [this] { return t.train->spec(); },
+                              [&] { return t.model.forward(batch); });
+        }
+        if (t.comm()) {
+          std::vector<at::Tensor> buffers;
+          for (const auto& b : t.module->buffers())
+            if (b.is_floating_point()) buffers.push_back(b);
+          if (!buffers.empty()) t.comm()->average(buffers);
+        }
+      }
+      t.module->train(was_training);
+    }
+
+    Impl& t;
+    // The step's batch while recompute_gradients() is open: during after_train_batch of a step the trainer computes.
+    const Batch* step_batch = nullptr;
+  };
+
   // amp_fp16 backpropagates the scaled loss; the gradients are unscaled before anything reads them.
   void backward(const at::Tensor& loss) {
     const auto where = [this] { return step_where(); };
@@ -482,6 +571,7 @@ struct Trainer::Impl {
   // after_train_batch, as in Composer, so gradient clipping sees the averaged gradients). Returns the loss.
   at::Tensor train_batch(at::Device device) {
     auto& now = state.progress.now;
+    const Scoped<bool> stepping(in_step, true);
     // Everything the step draws (plugins from after_dataloader, the model's forward) comes from the step's seed.
     StepGeneratorScope step_random(state, StepStream::train, static_cast<std::uint64_t>(now.batch));
     fire(Event::before_dataloader);
@@ -502,14 +592,16 @@ struct Trainer::Impl {
       loss = own_training_step();
       fire(Event::after_train_batch);
     } else {
+      const Batch step_batch = state.batch;  // what a recomputation of the gradients starts from
       loss = forward_backward();
-      average_gradients(comm(), *module);
-      // Averaging spreads an inf or NaN of any rank to all, so every rank skips the same steps.
-      const bool overflow = scaler && scaler->unscale(module->parameters());
-      fire(Event::after_train_batch);
-      if (!overflow)
+      step_overflow = reduce_gradients();
+      {
+        const Scoped<const Batch*> recomputable(passes.step_batch, &step_batch);
+        fire(Event::after_train_batch);
+      }
+      if (!step_overflow)
         for (const auto& o : optimizers) o.optimizer->step();
-      if (scaler) scaler->update(overflow);
+      if (scaler) scaler->update(step_overflow);
     }
     now.batch += 1;
     now.batch_in_epoch += 1;
@@ -673,6 +765,7 @@ struct Trainer::Impl {
         // metrics.jsonl.
         evaluator.load_history(metrics_path(), state.progress.now.batch);
       broadcast_model(comm(), *module);
+      fitting = true;
       fire(Event::fit_start);
       module->train();
       while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch(at::Device(options.device));
@@ -700,6 +793,7 @@ struct Trainer::Impl {
       failure = std::current_exception();
       state.clear_step_data();  // a batch that failed half-way leaves nothing on State for fit_end
     }
+    fitting = false;
     // The loader's threads end with the training: a stop or an error leaves at most `prefetch` batches unused.
     train_loader.reset();
     finish(failure);
@@ -818,6 +912,10 @@ struct Trainer::Impl {
   std::string last_finite_checkpoint;     // the last one saved with finite weights
   std::atomic<bool> external_stop{false};
   std::string external_stop_reason;
+  Passes passes{*this};
+  bool step_overflow = false;  // the step's gradients hold an inf or a NaN (amp_fp16): the step is skipped
+  bool fitting = false;        // from fit_start to the end of training
+  bool in_step = false;        // inside train_batch
 };
 
 Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
@@ -837,6 +935,7 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
   for (const auto& existing : impl_->plugins)
     if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
   impl_->engine.add(EngineEntry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())});
+  impl_->state.plugins.push_back(id);
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -127,6 +128,40 @@ std::vector<std::string> train_batch_events() {
 }  // namespace
 
 TEST_SUITE("trainer") {
+  TEST_CASE("the trainer's passes (State::passes) run in their windows only, and say where they may run") {
+    // Calls each pass where it is not allowed and keeps the messages; the allowed calls are the sam and swa
+    // plugins' tests.
+    struct Misplaced : baton::Callback {
+      std::vector<std::string> errors;
+      void attempt(const std::function<void()>& call) {
+        try {
+          call();
+          errors.emplace_back("no error");
+        } catch (const baton::Error& e) {
+          errors.emplace_back(e.what());
+        }
+      }
+      void before_train_batch(baton::State& s, baton::Logger&) override {
+        if (s.timestamp().batch != 0) return;
+        attempt([&] { s.passes->recompute_gradients(); });
+        attempt([&] { s.passes->forward_training_data(); });
+      }
+      void batch_end(baton::State& s, baton::Logger&) override {
+        if (s.timestamp().batch == 1) attempt([&] { s.passes->recompute_gradients(); });
+      }
+    };
+    auto trainer = make_trainer(quiet_options());
+    auto misplaced = std::make_shared<Misplaced>();
+    trainer->add_plugin("misplaced", misplaced);
+    CHECK(trainer->state().passes != nullptr);
+    CHECK(trainer->state().plugins == std::vector<std::string>{"misplaced"});
+    trainer->fit();
+    REQUIRE(misplaced->errors.size() == 3);
+    CHECK(misplaced->errors[0].find("only available at after_train_batch") != std::string::npos);
+    CHECK(misplaced->errors[1].find("outside a training step") != std::string::npos);
+    CHECK(misplaced->errors[2].find("only available at after_train_batch") != std::string::npos);
+  }
+
   TEST_CASE("a fit fires the events in Composer's order, evaluation between batch_end and batch_checkpoint") {
     auto options = quiet_options();
     options.max_duration = Time(1, TimeUnit::epoch);

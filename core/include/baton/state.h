@@ -47,6 +47,27 @@ class BATON_API CheckpointInProgress {
   virtual void after_commit(std::function<void(const std::string& path)> fn) = 0;
 };
 
+/// What the trainer lets a plugin run besides firing events, on State::passes (null when no trainer runs the State,
+/// e.g. one a test fills). Only baton implements it; later versions may append virtual functions, never reorder.
+class BATON_API TrainingPasses {
+ public:
+  virtual ~TrainingPasses();
+  /// Runs the step's forward and backward again from the current weights (Composer's optimizer closure, for SAM):
+  /// the gradients are zeroed, the batch the step started with (as after_dataloader … before_train_batch left it)
+  /// goes through before_forward … after_backward again, in microbatches when the run uses them, and the gradients
+  /// are averaged across ranks and unscaled (amp_fp16), as the first pass's are when after_train_batch sees them.
+  /// State's batch, outputs and loss stay the first pass's. Returns false when the new gradients are not finite:
+  /// the trainer then skips the optimizer step (and lowers amp_fp16's loss scale). Only at after_train_batch of a
+  /// step the trainer computes (not a model's own training_step); throws baton::Error elsewhere.
+  virtual bool recompute_gradients() = 0;
+  /// One pass of the model's training forward over this rank's share of the training data (the current epoch's
+  /// batches, as loaded, without the step events), in train mode and without gradients, as PyTorch's
+  /// swa_utils.update_bn: what changes is the model's buffers (batch-norm running statistics). Across ranks the
+  /// floating-point buffers are then averaged, so every rank holds the statistics of the whole data. The model's
+  /// train/eval mode is restored after. During fit, outside a step; throws baton::Error elsewhere.
+  virtual void forward_training_data() = 0;
+};
+
 /// A request to end the run: State::request_stop sets it (the first reason wins), the trainer reads it after each
 /// batch. Its own struct so that State needs no private members (see State's layout rule).
 struct StopRequest {
@@ -169,6 +190,12 @@ struct BATON_API State {
   std::function<Outputs(const Batch&)> probe_forward;
   /// From init on: the first training sample as a batch of one, on the CPU; empty when there is no training data.
   Batch example_batch;
+  /// The trainer's passes a plugin may run (TrainingPasses); null when no trainer runs this State.
+  TrainingPasses* passes = nullptr;
+  /// The ids of the run's plugins, in the order they were added: their names in a configured run ("ema", "ema#2"),
+  /// what Trainer::add_plugin was given otherwise (Composer's state.algorithms and state.callbacks), for a plugin
+  /// that does not compose with another.
+  std::vector<std::string> plugins;
 
   // New members go here, after every other one (the layout rule above).
 #ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER
