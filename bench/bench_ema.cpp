@@ -9,12 +9,19 @@
 // LibTorch and the stream loop are given as many threads as baton (one per core).
 // Last line: RESULT ema_vs_stream=<d fp32 GB/s / a GB/s> ema_vs_per_tensor=<time b / time d fp32>
 //            bf16_vs_per_tensor=<time of the LibTorch bf16 loop / time of baton's bf16 update>
+//
+//   bench_ema --device cuda    the same model on a GPU, where (a) is a device-to-device copy of the EMA's bytes
+//                              (dst.copy_(src): read and write, the ceiling of a streaming kernel there) and each
+//                              timed run ends with a device synchronisation. Last line:
+//   RESULT device=cuda ema_gbps=<d fp32> copy_gbps=<a> ema_vs_copy=<d / a> ema_vs_per_tensor=... bf16_vs_per_tensor=...
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +31,7 @@
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/empty.h>
+#include <torch/cuda.h>
 #include <torch/nn/module.h>
 
 #include "baton/ema.h"
@@ -67,9 +75,13 @@ std::int64_t count_elements(const std::vector<at::Tensor>& tensors) {
   return n;
 }
 
+// Waits for the device's queued work: a GPU run is timed to its end, not to its launch. Nothing to wait for on the CPU.
+std::function<void()> wait_for_device = [] {};
+
 double seconds(const std::function<void()>& f) {
   const auto start = Clock::now();
   f();
+  wait_for_device();
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -109,9 +121,98 @@ void stream_add(float* a, const float* b, std::int64_t n, int threads) {
   for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
+// The fp32 and bf16 runs on a device other than the CPU: (a) is a device-to-device copy of the same bytes.
+int run_on_device(const c10::Device device) {
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "bench_ema: --device %s, but this LibTorch sees no CUDA device\n", device.str().c_str());
+    return 1;
+  }
+  if (device.is_cuda()) wait_for_device = [] { torch::cuda::synchronize(); };
+  at::NoGradGuard no_grad;
+  const double s = kSmoothing;
+  double t_copy = 0, t_per_tensor = 0, t_baton32 = 0;
+  std::int64_t elements = 0;
+  {
+    Transformer model(at::kFloat);
+    model.to(device);
+    const std::vector<at::Tensor> weights = model.parameters();
+    elements = count_elements(weights);
+    std::printf("model: %zu tensors, %lld parameters (%.1f M) on %s\n", weights.size(),
+                static_cast<long long>(elements), static_cast<double>(elements) / 1e6, device.str().c_str());
+    std::printf("times per repeat in ms; GB/s counts 12 bytes per element for the updates (read ema, read w, "
+                "write ema), 8 for the copy (read, write)\n");
+    const auto on_device = at::TensorOptions().dtype(at::kFloat).device(device);
+    at::Tensor copy_src = at::empty({elements}, on_device).uniform_(-1, 1), copy_dst = at::empty({elements}, on_device);
+    std::vector<at::Tensor> per_tensor = clones_as(weights, at::kFloat);
+    baton::EmaOptions options;
+    options.smoothing = s;
+    baton::ExponentialMovingAverage ema(model, options);
+    std::vector<Series> series{
+        {"(a) device-to-device copy of the EMA's bytes", 8, [&] { copy_dst.copy_(copy_src); }},
+        {"(b) per-tensor ema.mul_(s).add_(w, 1-s)", 12,
+         [&] {
+           for (std::size_t i = 0; i < weights.size(); ++i) per_tensor[i].mul_(s).add_(weights[i], 1 - s);
+         }},
+        {"(d) baton update fp32", 12, [&] { ema.update(model); }},
+    };
+    measure(series, elements);
+    t_copy = series[0].best();
+    t_per_tensor = series[1].best();
+    t_baton32 = series[2].best();
+  }
+  double t_torch16 = 0, t_baton16 = 0;
+  {
+    Transformer model(at::kBFloat16);
+    model.to(device);
+    const std::vector<at::Tensor> weights = model.parameters();
+    std::vector<at::Tensor> per_tensor = clones_as(weights, at::kFloat);
+    baton::EmaOptions options;
+    options.smoothing = s;
+    options.float32 = true;
+    baton::ExponentialMovingAverage ema(model, options);
+    std::printf("bf16 weights -> fp32 EMA; GB/s counts 10 bytes per element (read w bf16, read and write ema)\n");
+    std::vector<Series> series{
+        {"per-tensor ema.mul_(s).add_(w.to(f32), 1-s)", 10,
+         [&] {
+           for (std::size_t i = 0; i < weights.size(); ++i)
+             per_tensor[i].mul_(s).add_(weights[i].to(at::kFloat), 1 - s);
+         }},
+        {"(d) baton update bf16 -> fp32", 10, [&] { ema.update(model); }},
+    };
+    measure(series, elements);
+    t_torch16 = series[0].best();
+    t_baton16 = series[1].best();
+  }
+  const double ema_gbps = 12.0 * static_cast<double>(elements) / t_baton32 / 1e9;
+  const double copy_gbps = 8.0 * static_cast<double>(elements) / t_copy / 1e9;
+  std::printf("RESULT device=%s ema_gbps=%.1f copy_gbps=%.1f ema_vs_copy=%.3f ema_vs_per_tensor=%.3f "
+              "bf16_vs_per_tensor=%.3f\n",
+              device.str().c_str(), ema_gbps, copy_gbps, ema_gbps / copy_gbps, t_per_tensor / t_baton32,
+              t_torch16 / t_baton16);
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string device_name = "cpu";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+      device_name = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_ema [--device cpu|cuda|cuda:N]\n");
+      return 2;
+    }
+  }
+  std::optional<c10::Device> device;
+  try {
+    device = c10::Device(device_name);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "bench_ema: unknown device '%s' (expected cpu, cuda or cuda:N)\n", device_name.c_str());
+    return 2;
+  }
+  if (!device->is_cpu()) return run_on_device(*device);
+
   const int threads = omp_get_num_procs();
   at::set_num_threads(threads);
   at::NoGradGuard no_grad;

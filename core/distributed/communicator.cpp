@@ -166,6 +166,12 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
 #endif
   if (options.backend != "gloo" && options.backend != "nccl")
     throw Error("[distributed] backend = \"" + options.backend + "\": expected \"gloo\" or \"nccl\"");
+  // Before the rendezvous: a rank that cannot run NCCL says so at once instead of after every rank has joined
+  // (a CUDA LibTorch on a machine without a GPU runs CPU tensors, and Gloo, but no NCCL group).
+  if (options.backend == "nccl" && !at::hasCUDA())
+    throw Error("[distributed] backend = \"nccl\" needs a CUDA device on every rank, and rank " +
+                std::to_string(env.rank) + " sees none (this LibTorch has CUDA, this machine no visible GPU); use "
+                "backend = \"gloo\" to run on the CPU");
   auto impl = std::make_unique<Impl>();
   impl->rank = env.rank;
   impl->world_size = env.world_size;
@@ -190,8 +196,6 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
   }
 #ifdef BATON_HAVE_NCCL
   if (options.backend == "nccl") {
-    if (!at::hasCUDA())
-      throw Error("[distributed] backend = \"nccl\" needs a CUDA device, and this machine has none visible");
     try {
       impl->group = distributed_detail::make_nccl_group(impl->store, env.rank, env.world_size, env.local_rank,
                                                        options.timeout);

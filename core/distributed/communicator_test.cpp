@@ -1,7 +1,9 @@
 #include "baton_test.h"
 
+#include <chrono>
 #include <map>
 
+#include <ATen/Context.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
 
@@ -107,14 +109,23 @@ TEST_SUITE("distributed") {
         });
   }
 
-  TEST_CASE("nccl is refused clearly by a LibTorch without NCCL") {
+  TEST_CASE("nccl is refused clearly by a LibTorch without NCCL, or on a machine without a GPU, before rendezvous") {
+    if (at::hasCUDA()) return;  // a GPU machine runs NCCL for real (scripts/gpu-check.sh)
     DistributedEnv env;
     env.world_size = 2;
     env.master_addr = "127.0.0.1";
     env.master_port = free_port();
     CommunicatorOptions options;
     options.backend = "nccl";
-    CHECK_THROWS_WITH_AS(Communicator::connect(env, options), doctest::Contains("backend = \"nccl\""), Error);
+    options.timeout = std::chrono::seconds(60);  // rank 1 never comes: a rendezvous would wait this long
+    const auto start = std::chrono::steady_clock::now();
+#ifdef BATON_HAVE_NCCL
+    const char* reason = "needs a CUDA device on every rank, and rank 0 sees none";
+#else
+    const char* reason = "built on a LibTorch without NCCL";
+#endif
+    CHECK_THROWS_WITH_AS(Communicator::connect(env, options), doctest::Contains(reason), Error);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
   }
 
   TEST_CASE("collectives on two ranks over loopback") {

@@ -1,0 +1,26 @@
+# Finds LibTorch the same way for baton's own build and for the installed batonConfig.cmake:
+#
+#   baton_find_torch(<find_package|find_dependency>)
+#
+# LibTorch's TorchConfig.cmake finds its Caffe2 configuration and its libraries (libtorch, libc10, libc10_cuda)
+# with PATHS hints, which CMake searches only after the system's own folders. On a machine that also has Debian's
+# libtorch-dev, `-DTorch_DIR=<PyTorch's share/cmake/Torch>` would then take PyTorch's headers but Debian's
+# Caffe2Config.cmake and libraries: a build that mixes two LibTorch versions and fails only at run time. Putting
+# Torch_DIR's prefix first on CMAKE_PREFIX_PATH while it runs makes every one of those searches find the LibTorch
+# that Torch_DIR names.
+macro(baton_find_torch how)
+  set(_baton_saved_prefix_path "${CMAKE_PREFIX_PATH}")
+  if(Torch_DIR)
+    # <prefix>/share/cmake/Torch
+    get_filename_component(_baton_torch_prefix "${Torch_DIR}/../../.." ABSOLUTE)
+    list(PREPEND CMAKE_PREFIX_PATH "${_baton_torch_prefix}")
+  endif()
+  if("${how}" STREQUAL "find_dependency")
+    find_dependency(Torch)
+  else()
+    find_package(Torch REQUIRED)
+  endif()
+  set(CMAKE_PREFIX_PATH "${_baton_saved_prefix_path}")
+  unset(_baton_saved_prefix_path)
+  unset(_baton_torch_prefix)
+endmacro()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# CI's third platform: PyTorch's own LibTorch, the one inside the `torch` wheel, with CUDA (these machines have the
+# CUDA toolkit but no GPU, so the tests run CPU tensors on a CUDA LibTorch), and the NCCL backend linked against the
+# wheel's NCCL. The wheel's python3 and torchrun run the Python-side and distributed tests.
+#   scripts/test-wheel.sh [ctest arguments]          e.g. scripts/test-wheel.sh -R distributed
+#   BATON_TORCH_VERSION   the torch release to test (default below); BATON_WHEEL_PYTHON: the interpreter of the venv
+#
+# This platform alone uses the Python package registry; the README's commands use Debian's packages only. Between
+# runs it keeps, under $BATON_WHEEL_CACHE (default /var/cache/baton-ci):
+#   wheels/                          pip's downloads: torch, the CUDA packages it requires (~2.9 GB), numpy
+#   venv-torch<version>-py<X.Y>/     a virtual environment with them installed (written last: .ready)
+# so a run after the first needs no network. It builds into build-wheel/ (ccache makes a warm rebuild short).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+torch_version=${BATON_TORCH_VERSION:-2.15.0}
+cache=${BATON_WHEEL_CACHE:-/var/cache/baton-ci}
+python=${BATON_WHEEL_PYTHON:-/usr/bin/python3}
+started=$SECONDS
+
+fail() { echo "test-wheel: $*" >&2; exit 1; }
+[[ -x $python ]] || fail "no interpreter at $python (set BATON_WHEEL_PYTHON)"
+py=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+
+# nvcc: on PATH, or in the CUDA toolkit's usual folder. LibTorch's CMake configuration enables CUDA with it.
+if ! command -v nvcc >/dev/null; then
+  for dir in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
+    [[ -x $dir/nvcc ]] && { export PATH=$dir:$PATH; break; }
+  done
+fi
+command -v nvcc >/dev/null || fail "no nvcc on PATH or in /usr/local/cuda*/bin: a CUDA LibTorch's CMake needs the CUDA toolkit"
+
+# Debian's python3 makes virtual environments only with python3-venv (ensurepip).
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
+  echo "test-wheel: installing python3-venv (for the wheel's virtual environment)"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+fi
+
+wheels=$cache/wheels
+venv=$cache/venv-torch$torch_version-py$py
+mkdir -p "$wheels"
+if [[ ! -f $venv/.ready ]]; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  tag=cp${py/./}
+  if ! compgen -G "$wheels/torch-$torch_version-$tag-*.whl" >/dev/null || ! compgen -G "$wheels/numpy-*-$tag-*.whl" >/dev/null; then
+    echo "test-wheel: downloading torch $torch_version and its CUDA packages into $wheels (once)"
+    "$venv/bin/pip" download -q --dest "$wheels" "torch==$torch_version" numpy
+  fi
+  # numpy: the TorchScript test reads tensors' bytes through it.
+  "$venv/bin/pip" install -q --no-index --find-links "$wheels" "torch==$torch_version" numpy
+  touch "$venv/.ready"
+fi
+echo "test-wheel: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') in $venv ($((SECONDS - started)) s)"
+
+# As PyTorch's users find its LibTorch.
+torch_dir="$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch"
+BATON_BUILD_DIR=build-wheel scripts/build.sh -DTorch_DIR="$torch_dir" -DPython3_EXECUTABLE="$venv/bin/python" \
+  -DBATON_NCCL=ON
+echo "test-wheel: built in $((SECONDS - started)) s"
+
+# The wheel's python3 and torchrun first on PATH: the tests that run Python's torch or torchrun take these.
+PATH=$venv/bin:$PATH ctest --test-dir build-wheel --output-on-failure --timeout 900 "$@"
+echo "test-wheel: torch $torch_version wheel passed in $((SECONDS - started)) s"
