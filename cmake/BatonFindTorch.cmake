@@ -23,4 +23,19 @@ macro(baton_find_torch how)
   set(CMAKE_PREFIX_PATH "${_baton_saved_prefix_path}")
   unset(_baton_saved_prefix_path)
   unset(_baton_torch_prefix)
+
+  # PyTorch's wheel keeps the CUDA libraries its LibTorch was built with (cuDNN, NCCL, the CUDA runtime) in the
+  # nvidia-* packages beside torch/ (site-packages/nvidia/*/lib). LibTorch's CMake configuration links the CUDA
+  # toolkit's copies instead, so the folders of the toolkit (which may hold an older libnccl.so.2, without the
+  # symbols libtorch_cuda needs) come first in the linker's and the loader's search path unless these go before
+  # them: BATON_TORCH_RUNTIME_DIRS, for the build's and the install's RPATH. Empty for other LibTorch builds.
+  set(BATON_TORCH_RUNTIME_DIRS "")
+  if(TORCH_INSTALL_PREFIX AND IS_DIRECTORY "${TORCH_INSTALL_PREFIX}/../nvidia")
+    get_filename_component(_baton_nvidia "${TORCH_INSTALL_PREFIX}/../nvidia" ABSOLUTE)
+    file(GLOB _baton_nvidia_libs LIST_DIRECTORIES true "${_baton_nvidia}/*/lib")
+    list(SORT _baton_nvidia_libs)
+    set(BATON_TORCH_RUNTIME_DIRS "${TORCH_INSTALL_PREFIX}/lib" ${_baton_nvidia_libs})
+    unset(_baton_nvidia)
+    unset(_baton_nvidia_libs)
+  endif()
 endmacro()
