@@ -10,6 +10,9 @@
 #include "baton/error.h"
 #include "baton/communicator.h"
 #include "distributed/c10d_compat.h"
+#ifdef BATON_HAVE_NCCL
+#include "distributed/nccl_group.h"
+#endif
 #include "loopback_ranks.h"
 
 using namespace baton;
@@ -126,6 +129,30 @@ TEST_SUITE("distributed") {
 #endif
     CHECK_THROWS_WITH_AS(Communicator::connect(env, options), doctest::Contains(reason), Error);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  }
+
+  TEST_CASE("a one-rank NCCL group reduces and broadcasts a CUDA tensor (on a machine with a GPU)") {
+#ifdef BATON_HAVE_NCCL
+    if (!at::hasCUDA()) {
+      MESSAGE("no CUDA device: the NCCL group is not created here (scripts/gpu-check.sh runs this on a GPU)");
+      return;
+    }
+    c10d::TCPStoreOptions store_options = c10d_compat::tcp_store_options();
+    store_options.port = static_cast<std::uint16_t>(free_port());
+    store_options.isServer = true;
+    store_options.numWorkers = 1;
+    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+    auto group = distributed_detail::make_nccl_group(store, 0, 1, 0, std::chrono::seconds(60));
+    std::vector<at::Tensor> tensors{at::full({1000}, 2.5, at::TensorOptions().device(at::kCUDA))};
+    group->allreduce(tensors)->wait();
+    group->broadcast(tensors)->wait();
+    // One rank: the sum and the broadcast leave the values as they were, on the GPU.
+    CHECK(tensors[0].is_cuda());
+    CHECK(tensors[0].sum().item<double>() == doctest::Approx(2500.0));
+    MESSAGE("one-rank NCCL group on cuda:0: allreduce and broadcast done");
+#else
+    MESSAGE("this build has no NCCL backend");
+#endif
   }
 
   TEST_CASE("collectives on two ranks over loopback") {

@@ -138,13 +138,16 @@ TEST_CASE("the loss scaler scales, unscales, skips on overflow, backs off and gr
 }
 
 TEST_CASE("amp_bf16 runs the forward pass in bfloat16 and keeps weights, gradients and loss in float32") {
+  // On the test device: autocast's switches are per device type, and a CUDA run must flip CUDA's.
   auto fp32_options = baton::test::quiet_options();
+  fp32_options.device = baton::test::test_device();
+  MESSAGE("device " << fp32_options.device);
   auto fp32 = baton::test::make_trainer(fp32_options, "convnet");
   auto fp32_recorder = std::make_shared<DtypeRecorder>();
   fp32->add_plugin("dtypes", fp32_recorder);
   auto fp32_result = fp32->fit();
 
-  auto amp_options = baton::test::quiet_options();
+  auto amp_options = fp32_options;
   amp_options.precision = "amp_bf16";
   auto amp = baton::test::make_trainer(amp_options, "convnet");
   auto recorder = std::make_shared<DtypeRecorder>();

@@ -356,10 +356,12 @@ TEST_SUITE("trainer") {
     CHECK_THROWS_AS(broken->fit(), baton::CheckpointError);
   }
 
-  TEST_CASE("a run writes metrics.jsonl and model.safetensors") {
+  TEST_CASE("a run on the test device writes metrics.jsonl and model.safetensors") {
     auto dir = baton::test::scratch_dir("trainer-outputs");
     auto options = quiet_options(dir.string());
     options.max_duration = Time(1, TimeUnit::epoch);
+    options.device = baton::test::test_device();
+    MESSAGE("device " << options.device);
     auto result = make_trainer(options)->fit();
     CHECK(fs::exists(dir / "model.safetensors"));
     std::ifstream metrics(dir / "metrics.jsonl");

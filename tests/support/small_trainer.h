@@ -2,6 +2,7 @@
 // The small in-process trainer several test suites train with: a convnet (BatchNorm buffers included) on 96
 // synthetic samples, 3 batches of 32 per epoch, quiet, 2 epochs, evaluated and saved every epoch. Include after
 // "baton_test.h"; the test links the trainer, data and models components (or libbaton).
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,13 @@
 #include "tensor_values.h"
 
 namespace baton::test {
+
+/// The device of the tests that take one: BATON_TEST_DEVICE ("cuda" under scripts/gpu-check.sh), "cpu" when unset.
+/// The other tests stay on the CPU: they check CPU-specific behaviour (amp_fp16 refused there) or bitwise values.
+inline std::string test_device() {
+  const char* device = std::getenv("BATON_TEST_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "cpu";
+}
 
 inline TrainerOptions quiet_options(const std::string& run_dir = "") {
   TrainerOptions o;
