@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# One command for a machine with a GPU, PyTorch (and so its LibTorch), nvcc and CMake, that reaches no package
+# registry: builds baton against that PyTorch's LibTorch with CUDA and the NCCL backend, then checks it there.
+#   scripts/gpu-check.sh [bundle]     bundle: scripts/make-offline-bundle.sh's archive (default
+#                                     build-bundle/baton-offline-deps.tar.xz), unpacked into <dir>/deps
+#   PYTHON               the interpreter whose torch to use (default: python3 on PATH)
+#   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
+#   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
+# Prints one RESULT line per part, and ends `gpu-check: N passed, M failed`; exit 1 if a part failed:
+#   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
+#   amp_bf16, amp_fp16   a short convnet run with the EMA plugin under each precision on the device
+#   nccl      a one-rank NCCL process group reducing a CUDA tensor
+#   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source_dir=$PWD
+bundle=$(realpath -m "${1:-build-bundle/baton-offline-deps.tar.xz}")
+dir=$(realpath -m "${BATON_CHECK_DIR:-build-gpu}")
+python=$(command -v "${PYTHON:-python3}" || true)
+passed=0
+failed=0
+
+say() { echo "gpu-check: $*"; }
+result() {  # result <part> <ok|fail|skipped> [details]
+  local part=$1 status=$2; shift 2
+  echo "RESULT $part $status $*"
+  case $status in ok) passed=$((passed + 1));; fail) failed=$((failed + 1));; esac
+}
+finish() {
+  say "$passed passed, $failed failed"
+  ((failed == 0))
+  exit
+}
+die() { say "$*" >&2; result setup fail "$*"; finish; }
+
+[[ -n $python ]] || die "no python3 with PyTorch (set PYTHON)"
+[[ -f $bundle ]] || die "no bundle at $bundle (make it with scripts/make-offline-bundle.sh where Debian's packages are reachable)"
+read -r torch_version torch_cuda has_gpu torch_dir < <("$python" -c '
+import torch
+print(torch.__version__, torch.version.cuda or "none", int(torch.cuda.is_available()), torch.utils.cmake_prefix_path + "/Torch")
+' 2>/dev/null) || die "$python cannot import torch"
+device=${BATON_CHECK_DEVICE:-$([[ $has_gpu == 1 ]] && echo cuda || echo cpu)}
+say "torch $torch_version (CUDA $torch_cuda) from $python; device $device"
+[[ $torch_cuda != none ]] || die "this PyTorch is built without CUDA: nothing to check"
+if ! command -v nvcc >/dev/null; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [[ -x $d/nvcc ]] && { export PATH=$d:$PATH; break; }; done
+fi
+command -v nvcc >/dev/null || die "no nvcc on PATH or in /usr/local/cuda*/bin"
+
+# --- the bundle, in a private prefix (again when the bundle changes) ---
+deps=$dir/deps
+mkdir -p "$dir"
+if [[ ! -f $deps/BUNDLE.txt || $bundle -nt $deps/BUNDLE.txt ]]; then
+  rm -rf "$deps" && mkdir -p "$deps"
+  tar -C "$deps" -xJf "$bundle" || die "cannot unpack $bundle"
+  # doctest's CMake file names its install prefix (/usr) outright; everything else is relative to its own folder.
+  grep -rl 'set(_IMPORT_PREFIX "/usr")' "$deps/usr/lib" --include='*.cmake' 2>/dev/null |
+    xargs -r sed -i "s|set(_IMPORT_PREFIX \"/usr\")|set(_IMPORT_PREFIX \"$deps/usr\")|"
+  touch "$deps/BUNDLE.txt"
+fi
+say "dependencies from $(head -1 "$deps/BUNDLE.txt")"
+
+# --- build ---
+started=$SECONDS
+build=$dir/build
+if ! cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
+     -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
+     -DPython3_EXECUTABLE="$python" -DBATON_NCCL=ON > "$dir/configure.log" 2>&1; then
+  tail -30 "$dir/configure.log"
+  die "configure failed (log: $dir/configure.log)"
+fi
+if ! cmake --build "$build" -j"${BATON_JOBS:-$(nproc)}" > "$dir/build.log" 2>&1; then
+  grep -m20 -B2 -A6 'error' "$dir/build.log"
+  die "build failed (log: $dir/build.log)"
+fi
+result build ok "seconds=$((SECONDS - started)) torch=$torch_version cuda=$torch_cuda"
+baton=$build/bin/baton
+export PATH=$(dirname "$python"):$PATH  # this PyTorch's torchrun for the distributed tests
+
+# --- the test suite ---
+started=$SECONDS
+BATON_TEST_DEVICE=$device ctest --test-dir "$build" --output-on-failure --timeout 900 > "$dir/ctest.log" 2>&1
+status=$?
+summary=$(grep -E 'tests passed|tests failed' "$dir/ctest.log" | tail -1)
+if ((status == 0)); then
+  result tests ok "device=$device seconds=$((SECONDS - started)) $summary"
+else
+  grep -A30 'The following tests FAILED' "$dir/ctest.log"
+  result tests fail "device=$device $summary (log: $dir/ctest.log)"
+fi
+
+# --- a short convnet run with the EMA under each mixed precision ---
+for precision in amp_bf16 amp_fp16; do
+  if [[ $precision == amp_fp16 && $device != cuda* ]]; then
+    result "$precision" skipped "amp_fp16 needs a CUDA device"
+    continue
+  fi
+  run=$dir/convnet-$precision
+  rm -rf "$run" && mkdir -p "$run"
+  cat > "$run/run.toml" <<EOF
+[run]
+name = "convnet"
+seed = 1
+
+[data]
+name = "synthetic"
+batch_size = 64
+train_size = 2048
+eval_size = 512
+
+[model]
+name = "convnet"
+
+[optimizer]
+name = "adam"
+lr = 1e-3
+
+[trainer]
+max_duration = "2ep"
+eval_interval = "1ep"
+device = "$device"
+precision = "$precision"
+
+[[plugins]]
+name = "ema"
+half_life = "16ba"
+eval = "both"
+EOF
+  started=$SECONDS
+  if (cd "$run" && "$baton" train run.toml) > "$run/train.log" 2>&1; then
+    metrics=$("$python" - "$run" <<'EOF'
+import json, pathlib, sys
+lines = [json.loads(l) for p in pathlib.Path(sys.argv[1]).rglob("metrics.jsonl") for l in open(p)]
+last = {}
+for line in lines:
+    last.update({k: v for k, v in line.items() if k.startswith("eval") and isinstance(v, (int, float))})
+print(" ".join(f"{k}={v:.4g}" for k, v in sorted(last.items()) if "accuracy" in k or "loss" in k))
+EOF
+)
+    result "$precision" ok "device=$device seconds=$((SECONDS - started)) $metrics"
+  else
+    tail -15 "$run/train.log"
+    result "$precision" fail "device=$device (log: $run/train.log)"
+  fi
+done
+
+# --- a one-rank NCCL process group ---
+if [[ $device == cuda* ]]; then
+  out=$("$build/bin/distributed_tests" --no-intro=true -tc='a one-rank NCCL group*' -s 2>&1)
+  if [[ $? -eq 0 && $out == *"allreduce and broadcast done"* ]]; then
+    result nccl ok "one rank on cuda:0: allreduce and broadcast"
+  else
+    echo "$out" | tail -20
+    result nccl fail "one-rank NCCL group"
+  fi
+else
+  result nccl skipped "no CUDA device"
+fi
+
+# --- EMA update bandwidth ---
+out=$("$build/bin/bench_ema" --device "$device" 2>&1)
+status=$?
+echo "$out" | grep -v '^RESULT'
+line=$(echo "$out" | grep '^RESULT' | tail -1)
+if ((status == 0)) && [[ -n $line ]]; then
+  result bench_ema ok "${line#RESULT }"
+else
+  result bench_ema fail "exit $status"
+fi
+
+finish
