@@ -32,15 +32,15 @@ hide_packages=("${bundled[@]}" libtorch-dev)
 hide=()
 for p in "${hide_packages[@]}"; do
   dpkg-query -W "$p" >/dev/null 2>&1 || continue
-  while read -r f; do
-    case $f in
-      /usr/include/x86_64-linux-gnu/*) [[ -f $f && ! -L $f ]] && hide+=("$f");;
-      /usr/include/*/*) hide+=("/usr/include/$(cut -d/ -f4 <<<"$f")");;
-      /usr/lib/x86_64-linux-gnu/cmake/*/*|/usr/lib/cmake/*/*|/usr/share/cmake/*/*)
-        hide+=("$(sed -E 's|^(.*/cmake/[^/]+)/.*$|\1|' <<<"$f")");;
-      *) [[ -f $f && ! -L $f && $f != /usr/share/doc/* ]] && hide+=("$f");;
-    esac
-  done < <(dpkg -L "$p")
+  # awk sorts out the folders (Boost alone owns thousands of files); bash keeps the regular files that remain.
+  while read -r kind path; do
+    if [[ $kind == D ]] || [[ -f $path && ! -L $path ]]; then hide+=("$path"); fi
+  done < <(dpkg -L "$p" | awk '
+    /^\/usr\/share\/doc\// { next }
+    /^\/usr\/include\/x86_64-linux-gnu\// { print "F " $0; next }
+    /^\/usr\/include\/[^\/]+\// { split($0, part, "/"); print "D /usr/include/" part[4]; next }
+    match($0, /\/cmake\/[^\/]+\//) { print "D " substr($0, 1, RSTART + RLENGTH - 2); next }
+    { print "F " $0 }' | sort -u)
 done
 hide+=(/usr/lib/python3/dist-packages /usr/share/datasets)
 printf '%s\n' "${hide[@]}" | sort -u > "$out/hidden.txt"

@@ -191,8 +191,9 @@ name = "mlp"
 def check_python_recipe(args, source, scratch):
     """data.md's torch-only writer and reader (§4): they run with the interpreter that has torch, the reader gets
     back what the writer wrote, and baton reads the file."""
-    if not args.python or run([args.python, "-c", "import torch"], expect=None).returncode != 0:
-        print("no Python with torch: data.md's recipe is not run")
+    # Tensor.numpy() needs numpy beside torch (a bare torch wheel has none).
+    if not args.python or run([args.python, "-c", "import torch, numpy"], expect=None).returncode != 0:
+        print("no Python with torch and numpy: data.md's recipe is not run")
         return
     text = (source / "docs" / "data.md").read_text()
     match = re.search(r"```python\n(import json, struct, torch\n.*?)```", text, re.S)

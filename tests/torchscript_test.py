@@ -94,7 +94,8 @@ def write_safetensors(path, tensors):
     names = {torch.float32: "F32", torch.int64: "I64"}
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
-        raw = t.contiguous().numpy().tobytes()
+        # The bytes through torch alone (no numpy: a bare torch wheel has none); the tensors here are small.
+        raw = bytes(t.contiguous().view(-1).view(torch.uint8).tolist())
         header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
