@@ -121,6 +121,31 @@ void stream_add(float* a, const float* b, std::int64_t n, int threads) {
   for (std::int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
+// bf16 weights into an fp32 EMA on `device`: LibTorch's per-tensor loop against baton's update (best times).
+std::pair<double, double> measure_bf16(const c10::Device device, std::int64_t elements) {
+  at::NoGradGuard no_grad;
+  const double s = kSmoothing;
+  Transformer model(at::kBFloat16);
+  model.to(device);
+  const std::vector<at::Tensor> weights = model.parameters();
+  std::vector<at::Tensor> per_tensor = clones_as(weights, at::kFloat);
+  baton::EmaOptions options;
+  options.smoothing = s;
+  options.float32 = true;
+  baton::ExponentialMovingAverage ema(model, options);
+  std::printf("bf16 weights -> fp32 EMA; GB/s counts 10 bytes per element (read w bf16, read and write ema)\n");
+  std::vector<Series> series{
+      {"per-tensor ema.mul_(s).add_(w.to(f32), 1-s)", 10,
+       [&] {
+         for (std::size_t i = 0; i < weights.size(); ++i)
+           per_tensor[i].mul_(s).add_(weights[i].to(at::kFloat), 1 - s);
+       }},
+      {"(d) baton update bf16 -> fp32", 10, [&] { ema.update(model); }},
+  };
+  measure(series, elements);
+  return {series[0].best(), series[1].best()};
+}
+
 // The fp32 and bf16 runs on a device other than the CPU: (a) is a device-to-device copy of the same bytes.
 int run_on_device(const c10::Device device) {
   if (device.is_cuda() && !torch::cuda::is_available()) {
@@ -160,29 +185,7 @@ int run_on_device(const c10::Device device) {
     t_per_tensor = series[1].best();
     t_baton32 = series[2].best();
   }
-  double t_torch16 = 0, t_baton16 = 0;
-  {
-    Transformer model(at::kBFloat16);
-    model.to(device);
-    const std::vector<at::Tensor> weights = model.parameters();
-    std::vector<at::Tensor> per_tensor = clones_as(weights, at::kFloat);
-    baton::EmaOptions options;
-    options.smoothing = s;
-    options.float32 = true;
-    baton::ExponentialMovingAverage ema(model, options);
-    std::printf("bf16 weights -> fp32 EMA; GB/s counts 10 bytes per element (read w bf16, read and write ema)\n");
-    std::vector<Series> series{
-        {"per-tensor ema.mul_(s).add_(w.to(f32), 1-s)", 10,
-         [&] {
-           for (std::size_t i = 0; i < weights.size(); ++i)
-             per_tensor[i].mul_(s).add_(weights[i].to(at::kFloat), 1 - s);
-         }},
-        {"(d) baton update bf16 -> fp32", 10, [&] { ema.update(model); }},
-    };
-    measure(series, elements);
-    t_torch16 = series[0].best();
-    t_baton16 = series[1].best();
-  }
+  const auto [t_torch16, t_baton16] = measure_bf16(device, elements);
   const double ema_gbps = 12.0 * static_cast<double>(elements) / t_baton32 / 1e9;
   const double copy_gbps = 8.0 * static_cast<double>(elements) / t_copy / 1e9;
   std::printf("RESULT device=%s ema_gbps=%.1f copy_gbps=%.1f ema_vs_copy=%.3f ema_vs_per_tensor=%.3f "
@@ -257,28 +260,7 @@ int main(int argc, char** argv) {
   }
 
   // bf16 weights, fp32 EMA.
-  double t_torch16 = 0, t_baton16 = 0;
-  {
-    Transformer model(at::kBFloat16);
-    const std::vector<at::Tensor> weights = model.parameters();
-    std::vector<at::Tensor> per_tensor = clones_as(weights, at::kFloat);
-    baton::EmaOptions options;
-    options.smoothing = s;
-    options.float32 = true;
-    baton::ExponentialMovingAverage ema(model, options);
-    std::printf("bf16 weights -> fp32 EMA; GB/s counts 10 bytes per element (read w bf16, read and write ema)\n");
-    std::vector<Series> series{
-        {"per-tensor ema.mul_(s).add_(w.to(f32), 1-s)", 10,
-         [&] {
-           for (std::size_t i = 0; i < weights.size(); ++i)
-             per_tensor[i].mul_(s).add_(weights[i].to(at::kFloat), 1 - s);
-         }},
-        {"(d) baton update bf16 -> fp32", 10, [&] { ema.update(model); }},
-    };
-    measure(series, elements);
-    t_torch16 = series[0].best();
-    t_baton16 = series[1].best();
-  }
+  const auto [t_torch16, t_baton16] = measure_bf16(*device, elements);
 
   std::printf("RESULT ema_vs_stream=%.3f ema_vs_per_tensor=%.3f bf16_vs_per_tensor=%.3f\n", t_stream / t_baton32,
               t_per_tensor / t_baton32, t_torch16 / t_baton16);
