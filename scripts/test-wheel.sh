@@ -4,6 +4,7 @@
 # wheel's NCCL. The wheel's python3 and torchrun run the Python-side and distributed tests.
 #   scripts/test-wheel.sh [ctest arguments]          e.g. scripts/test-wheel.sh -R distributed
 #   BATON_TORCH_VERSION   the torch release to test (default below); BATON_WHEEL_PYTHON: the interpreter of the venv
+#   BATON_WHEEL_VENV      another virtual environment folder to make or reuse
 #
 # This platform alone uses the Python package registry; the README's commands use Debian's packages only. Between
 # runs it keeps, under $BATON_WHEEL_CACHE (default /var/cache/baton-ci):
@@ -37,7 +38,7 @@ if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 
 wheels=$cache/wheels
-venv=$cache/venv-torch$torch_version-py$py
+venv=${BATON_WHEEL_VENV:-$cache/venv-torch$torch_version-py$py}
 mkdir -p "$wheels"
 if [[ ! -f $venv/.ready ]]; then
   rm -rf "$venv"
