@@ -50,6 +50,15 @@ class Sam final : public baton::Algorithm {
     }
     if (state.model == nullptr) throw baton::Error("sam: State::model is null");
     if (state.passes == nullptr) throw baton::Error("sam: needs a trainer that can run the step again");
+    // No gradient at all: a model's own training_step has stepped and cleared them (LibTorch 2.x's zero_grad leaves
+    // them undefined; 1.13's leaves zeros, which reach the recompute below). The trainer's recompute refuses such a
+    // step with the reason, on every LibTorch version.
+    bool any_gradient = false;
+    for (const auto& p : state.model->parameters()) any_gradient = any_gradient || p.grad().defined();
+    if (!any_gradient) {
+      state.passes->recompute_gradients();
+      return;
+    }
     std::vector<at::Tensor> params, saved;
     std::vector<at::Tensor> norms;
     {
