@@ -108,6 +108,11 @@ class CsvLogger final : public baton::LoggerDestination {
     }
     index_.clear();
     for (std::size_t i = 0; i < columns_.size(); ++i) index_[columns_[i]] = i;
+    row_.reset();
+    row_values_.clear();
+    // The row of the checkpoint's own step stays open, so what the resumed run logs at that step (a plugin's
+    // settings at fit_start) joins it rather than making a second row of that step.
+    if (!rows.empty() && take_open_row(rows.back(), context.start.batch)) rows.pop_back();
     rewrite(rows, 0);
   }
 
@@ -146,6 +151,32 @@ class CsvLogger final : public baton::LoggerDestination {
  private:
   [[noreturn]] void fail(const std::string& reason) const {
     throw baton::Error("csv logger: file '" + path_ + "': " + reason);
+  }
+
+  // Reads `line` back into the open row when it is a row of step `batch`, written with the current columns.
+  bool take_open_row(const std::string& line, std::int64_t batch) {
+    const auto fields = csv_fields(line);
+    if (fields.size() != kTimeColumns.size() + columns_.size()) return false;
+    std::int64_t time[3] = {0, 0, 0};
+    for (std::size_t i = 0; i < 3; ++i)
+      if (std::from_chars(fields[i].data(), fields[i].data() + fields[i].size(), time[i]).ec != std::errc())
+        return false;
+    if (time[1] != batch) return false;
+    std::map<std::string, double> values;
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      const std::string& text = fields[kTimeColumns.size() + i];
+      if (text.empty()) continue;
+      double value = 0;
+      if (std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc()) return false;
+      values[columns_[i]] = value;
+    }
+    baton::Timestamp at;
+    at.epoch = time[0];
+    at.batch = time[1];
+    at.sample = time[2];
+    row_ = at;
+    row_values_ = std::move(values);
+    return true;
   }
 
   static bool same_time(const baton::Timestamp& a, const baton::Timestamp& b) {

@@ -36,7 +36,7 @@ std::shared_ptr<baton::LoggerDestination> make_csv(const std::string& toml = "")
   return made;
 }
 
-baton::Timestamp at(std::int64_t epoch, std::int64_t batch, std::int64_t sample) {
+baton::Timestamp stamp(std::int64_t epoch, std::int64_t batch, std::int64_t sample) {
   baton::Timestamp t;
   t.epoch = epoch;
   t.batch = batch;
@@ -56,7 +56,12 @@ std::string config_error(const std::string& toml) {
 // A CSV line's fields; the values here are numbers and plain names, so no quoting occurs.
 std::vector<std::string> split(const std::string& line) {
   std::vector<std::string> out(1);
-  for (char c : line) c == ',' ? out.emplace_back() : out.back().push_back(c);
+  for (char c : line) {
+    if (c == ',')
+      out.emplace_back();
+    else
+      out.back().push_back(c);
+  }
   return out;
 }
 
@@ -160,13 +165,13 @@ TEST_CASE("csv: one row per step, a column per metric in the order first logged,
   auto csv = make_csv();
   csv->open(baton::LoggerContext{dir.string(), false, {}});
   CHECK(read_bytes(dir / "metrics.csv") == "epoch,batch,sample\n");
-  csv->log_metrics(at(0, 1, 4), {{"lr", 0.5}, {"train/loss", 2.25}});
-  csv->log_metrics(at(0, 2, 8), {{"lr", 0.25}, {"train/loss", 1.5}});
+  csv->log_metrics(stamp(0, 1, 4), {{"lr", 0.5}, {"train/loss", 2.25}});
+  csv->log_metrics(stamp(0, 2, 8), {{"lr", 0.25}, {"train/loss", 1.5}});
   // The step's evaluation, logged after its train/loss: the same row.
-  csv->log_metrics(at(1, 2, 8), {{"train/loss", 1.25}});
-  csv->log_metrics(at(1, 2, 8), {{"eval/accuracy", 0.75}, {"eval_raw/accuracy", 0.5}});
+  csv->log_metrics(stamp(1, 2, 8), {{"train/loss", 1.25}});
+  csv->log_metrics(stamp(1, 2, 8), {{"eval/accuracy", 0.75}, {"eval_raw/accuracy", 0.5}});
   // A name logged twice at one step: a second row, nothing lost.
-  csv->log_metrics(at(1, 2, 8), {{"train/loss", 1.0}});
+  csv->log_metrics(stamp(1, 2, 8), {{"train/loss", 1.0}});
   csv->flush();
   // Rows of finished steps are on disk, the header already has the new columns and the earlier rows their cells.
   CHECK(read_bytes(dir / "metrics.csv") ==
@@ -174,7 +179,7 @@ TEST_CASE("csv: one row per step, a column per metric in the order first logged,
         "0,1,4,0.5,2.25,,\n"
         "0,2,8,0.25,1.5,,\n"
         "1,2,8,,1.25,0.75,0.5\n");
-  csv->log_metrics(at(1, 3, 12), {{"nan_metric", NAN}, {"tiny", 1e-300}});
+  csv->log_metrics(stamp(1, 3, 12), {{"nan_metric", NAN}, {"tiny", 1e-300}});
   csv->close();
   CHECK(read_bytes(dir / "metrics.csv") ==
         "epoch,batch,sample,lr,train/loss,eval/accuracy,eval_raw/accuracy,nan_metric,tiny\n"
@@ -190,16 +195,16 @@ TEST_CASE("csv: names with commas or quotes are quoted in the header, and a resu
   const fs::path dir = scratch_dir("csv_quoted");
   auto csv = make_csv("file = \"table.csv\"");
   csv->open(baton::LoggerContext{dir.string(), false, {}});
-  csv->log_metrics(at(0, 1, 1), {{"a,b", 1}, {"say \"hi\"", 2}});
-  csv->log_metrics(at(0, 2, 2), {{"a,b", 3}});
-  csv->log_metrics(at(0, 3, 3), {{"a,b", 4}});
+  csv->log_metrics(stamp(0, 1, 1), {{"a,b", 1}, {"say \"hi\"", 2}});
+  csv->log_metrics(stamp(0, 2, 2), {{"a,b", 3}});
+  csv->log_metrics(stamp(0, 3, 3), {{"a,b", 4}});
   csv->close();
   const std::string header = "epoch,batch,sample,\"a,b\",\"say \"\"hi\"\"\"\n";
   CHECK(read_bytes(dir / "table.csv") == header + "0,1,1,1,2\n0,2,2,3,\n0,3,3,4,\n");
   // Resumed at batch 2: the row of batch 3 (logged after that checkpoint) goes; the columns stay.
   auto resumed = make_csv("file = \"table.csv\"");
-  resumed->open(baton::LoggerContext{dir.string(), true, at(0, 2, 2)});
-  resumed->log_metrics(at(0, 3, 3), {{"say \"hi\"", 5}});
+  resumed->open(baton::LoggerContext{dir.string(), true, stamp(0, 2, 2)});
+  resumed->log_metrics(stamp(0, 3, 3), {{"say \"hi\"", 5}});
   resumed->close();
   CHECK(read_bytes(dir / "table.csv") == header + "0,1,1,1,2\n0,2,2,3,\n0,3,3,,5\n");
   // A fresh (not resumed) run in the same folder starts the file over.
@@ -213,16 +218,17 @@ TEST_CASE("csv: a header rewrite that fails leaves the previous file whole and n
   const fs::path dir = scratch_dir("csv_rewrite_fails");
   auto csv = make_csv();
   csv->open(baton::LoggerContext{dir.string(), false, {}});
-  csv->log_metrics(at(0, 1, 4), {{"train/loss", 2}});
-  csv->log_metrics(at(0, 2, 8), {{"train/loss", 1}});
-  const std::string before = read_bytes(dir / "metrics.csv");
-  REQUIRE(before == "epoch,batch,sample,train/loss\n0,1,4,2\n");
+  csv->log_metrics(stamp(0, 1, 4), {{"train/loss", 2}});
+  csv->log_metrics(stamp(0, 2, 8), {{"train/loss", 1}});
+  REQUIRE(read_bytes(dir / "metrics.csv") == "epoch,batch,sample,train/loss\n0,1,4,2\n");
+  // Batch 2's row is written when batch 3 logs, just before the rewrite that batch 3's new metric asks for.
+  const std::string before = "epoch,batch,sample,train/loss\n0,1,4,2\n0,2,8,1\n";
   // The rewrite goes through metrics.csv.tmp: a folder in its place makes writing it fail, as a full disk would,
   // at the moment between the old file and the new one.
   fs::create_directory(dir / "metrics.csv.tmp");
   std::string error;
   try {
-    csv->log_metrics(at(0, 3, 12), {{"eval/accuracy", 0.5}});
+    csv->log_metrics(stamp(0, 3, 12), {{"eval/accuracy", 0.5}});
   } catch (const baton::Error& e) {
     error = e.what();
   }
@@ -251,11 +257,16 @@ TEST_CASE("csv: a real run's metrics.csv holds every value of its metrics.jsonl 
   check_against_jsonl(dir / "runs" / "whole");
   const Table whole = read_table(dir / "runs" / "whole" / "metrics.csv");
   // Evaluation columns come after the first steps' train/loss: the header grew mid-run.
-  CHECK(whole.header[3] == "lr");
-  CHECK(whole.header[4] == "train/loss");
-  CHECK(std::find(whole.header.begin(), whole.header.end(), "eval/accuracy") != whole.header.end());
-  CHECK(std::find(whole.header.begin(), whole.header.end(), "eval_raw/accuracy") != whole.header.end());
-  CHECK(whole.rows.size() == 6);  // batches 1..6 (3 per epoch), each evaluation in its batch's row
+  const auto column = [&](const std::string& name) {
+    return std::find(whole.header.begin(), whole.header.end(), name) - whole.header.begin();
+  };
+  const auto columns = static_cast<std::ptrdiff_t>(whole.header.size());
+  CHECK(column("train/loss") < column("eval/accuracy"));
+  CHECK(column("eval/accuracy") < columns);
+  CHECK(column("eval_raw/accuracy") < columns);
+  // Batch 0 (the EMA's settings, logged at fit_start), then batches 1..6 (3 per epoch), each evaluation in its
+  // batch's row.
+  CHECK(whole.rows.size() == 7);
 
   // Stopped after one epoch and resumed: the resumed file equals the uninterrupted one's steps.
   write(dir / "run.toml", run_config("parted", "1ep"));

@@ -7,7 +7,8 @@
 // length, the masked CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Every run, a resumed
 // one included, starts a new file, since TensorBoard reads all the files of a folder in name order as one history;
 // a resumed run's file begins with a SessionLog START at the first step it logs, which makes TensorBoard drop what
-// the interrupted run's files hold from that step on (the resumed run logs those steps again).
+// the interrupted run's files hold from that step on (the resumed run logs those steps again). At the checkpoint's
+// own step, which the START keeps, a resumed run writes only the tags the earlier files do not hold there.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,7 +18,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,7 +93,11 @@ class TensorboardLogger final : public baton::LoggerDestination {
     version.set_wall_time(now_seconds());
     version.set_file_version("brain.Event:2");
     write(version);
+    resumed_at_.reset();
+    logged_at_resume_.clear();
     if (context.resumed) {
+      resumed_at_ = context.start.batch;
+      logged_at_resume_ = tags_at_step(folder, context.start.batch);
       // Steps up to the checkpoint's are the interrupted run's and stay; from the next one on, the resumed run's.
       pb::Event start;
       start.set_wall_time(now_seconds());
@@ -105,11 +113,14 @@ class TensorboardLogger final : public baton::LoggerDestination {
     event.set_wall_time(now_seconds());
     event.set_step(at.batch);
     for (const auto& [name, value] : values) {
+      // At the checkpoint's own step the earlier files may hold the value already (the START record purges only
+      // the later steps): written once, so no tag has two values at a step.
+      if (resumed_at_ && at.batch == *resumed_at_ && !logged_at_resume_.insert(name).second) continue;
       pb::Summary::Value* summary = event.mutable_summary()->add_value();
       summary->set_tag(name);
       summary->set_simple_value(static_cast<float>(value));  // TensorBoard's scalars are float32
     }
-    write(event);
+    if (event.summary().value_size() > 0) write(event);
   }
 
   void log_image(const baton::Timestamp& at, const std::string& name, const baton::Image& image) override {
@@ -164,9 +175,36 @@ class TensorboardLogger final : public baton::LoggerDestination {
     }
   }
 
+  // The scalar tags the event files already in `folder` hold at `step`. A record that does not read back (a file
+  // cut short by a crash) ends that file's reading: what it held before is what TensorBoard shows too.
+  std::set<std::string> tags_at_step(const fs::path& folder, std::int64_t step) const {
+    std::set<std::string> tags;
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      if (entry.path().filename().string().find("tfevents") == std::string::npos) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      std::string header(12, '\0');
+      while (in.read(header.data(), 12)) {
+        std::uint64_t length = 0;
+        for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(header[i]);
+        if (length > (std::uint64_t{1} << 31)) break;
+        std::string payload(length + 4, '\0');
+        if (!in.read(payload.data(), static_cast<std::streamsize>(payload.size()))) break;
+        payload.resize(length);
+        pb::Event event;
+        if (!event.ParseFromString(payload)) break;
+        if (event.step() != step || !event.has_summary()) continue;
+        for (const auto& value : event.summary().value())
+          if (value.value_case() == pb::Summary::Value::kSimpleValue) tags.insert(value.tag());
+      }
+    }
+    return tags;
+  }
+
   std::string folder_;
   std::string path_;
   int fd_ = -1;
+  std::optional<std::int64_t> resumed_at_;  // the checkpoint's step, in a resumed run
+  std::set<std::string> logged_at_resume_;  // the tags the event files hold at that step
 };
 
 void register_tensorboard(baton::Components& components) {
