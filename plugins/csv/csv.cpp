@@ -3,9 +3,6 @@
 // logged at it. A metric that appears mid-run adds a column: the file is rewritten with the longer header (the rows
 // so far get an empty cell for it) through a temporary file, fsync and rename, so a reader or a crash finds the
 // old complete file or the new one, never a header that disagrees with its rows.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -24,6 +21,7 @@
 #include "baton/durable_file.h"
 #include "baton/error.h"
 #include "baton/logger_destination.h"
+#include "append_file.h"
 
 namespace {
 
@@ -68,15 +66,12 @@ std::string number_text(double value) {
 
 class CsvLogger final : public baton::LoggerDestination {
  public:
-  explicit CsvLogger(const baton::PluginConfig& config) : file_(config.get_or<std::string>("file", "metrics.csv")) {
+  explicit CsvLogger(const baton::PluginConfig& config)
+      : file_(config.get_or<std::string>("file", "metrics.csv")), out_("csv logger") {
     if (file_.empty() || file_.find('/') != std::string::npos || file_ == "." || file_ == "..")
       config.fail("file", "expected a file name in the run folder (no '/'), got \"" + file_ + "\"");
     if (file_ == "metrics.jsonl") config.fail("file", "metrics.jsonl is the run's own metrics file; name another");
   }
-  ~CsvLogger() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
   void open(const baton::LoggerContext& context) override {
     path_ = (fs::path(context.run_dir) / file_).string();
     std::error_code ec;
@@ -141,11 +136,7 @@ class CsvLogger final : public baton::LoggerDestination {
 
   void close() override {
     if (row_) write_row();
-    if (fd_ >= 0 && ::close(fd_) != 0) {
-      fd_ = -1;
-      fail(std::string("cannot close it: ") + std::strerror(errno));
-    }
-    fd_ = -1;
+    out_.close();
   }
 
  private:
@@ -196,15 +187,13 @@ class CsvLogger final : public baton::LoggerDestination {
     std::string content = header();
     const std::string padding(extra, ',');
     for (const auto& row : rows) content += row + padding + "\n";
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    out_.close_quietly();
     try {
       baton::write_file_atomic(path_, content);
     } catch (const baton::Error& e) {
       throw baton::Error("csv logger: " + std::string(e.what()));
     }
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd_ < 0) fail(std::string("cannot open it for appending: ") + std::strerror(errno));
+    out_.open(path_, /*create_new=*/false);
   }
 
   void grow_header(std::size_t added) {
@@ -227,20 +216,12 @@ class CsvLogger final : public baton::LoggerDestination {
     line += "\n";
     row_.reset();
     row_values_.clear();
-    const char* data = line.data();
-    std::size_t left = line.size();
-    while (left > 0) {
-      const ssize_t written = ::write(fd_, data, left);
-      if (written < 0 && errno == EINTR) continue;
-      if (written < 0) fail(std::string("write failed: ") + std::strerror(errno));
-      data += written;
-      left -= static_cast<std::size_t>(written);
-    }
+    out_.append(line);
   }
 
   std::string file_;
   std::string path_;
-  int fd_ = -1;
+  baton_plugins::AppendFile out_;
   std::vector<std::string> columns_;  // the metric columns, after the time columns
   std::map<std::string, std::size_t> index_;
   std::optional<baton::Timestamp> row_;  // the step whose row is being filled

@@ -15,9 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "baton/components.h"
-#include "baton/plugin_loader.h"
 #include "baton_command.h"
+#include "logger_test_support.h"
 
 namespace fs = std::filesystem;
 using baton::test::read_bytes;
@@ -27,13 +26,7 @@ using baton::test::scratch_dir;
 namespace {
 
 std::shared_ptr<baton::LoggerDestination> make_csv(const std::string& toml = "") {
-  baton::PluginLoader().register_components(BATON_PLUGIN_FILE);
-  const auto* entry = baton::components().loggers.find("csv");
-  REQUIRE(entry != nullptr);
-  const auto config = baton::PluginConfig::from_toml(toml, "loggers.0", "run.toml");
-  auto made = entry->factory(config);
-  config.reject_unread();
-  return made;
+  return logger_test::make_logger(BATON_PLUGIN_FILE, "csv", toml);
 }
 
 baton::Timestamp stamp(std::int64_t epoch, std::int64_t batch, std::int64_t sample) {
@@ -45,12 +38,7 @@ baton::Timestamp stamp(std::int64_t epoch, std::int64_t batch, std::int64_t samp
 }
 
 std::string config_error(const std::string& toml) {
-  try {
-    make_csv(toml);
-  } catch (const baton::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return logger_test::config_error(BATON_PLUGIN_FILE, "csv", toml);
 }
 
 // A CSV line's fields; the values here are numbers and plain names, so no quoting occurs.
@@ -99,34 +87,10 @@ std::map<std::pair<std::int64_t, std::string>, double> read_jsonl(const fs::path
 }
 
 std::string run_config(const std::string& name, const std::string& duration) {
-  return R"([run]
-name = ")" + name + R"("
-seed = 5
-[data]
-name = "synthetic"
-train_size = 96
-eval_size = 32
-batch_size = 32
-[model]
-name = "mlp"
-widths = [8]
-[trainer]
-max_duration = ")" + duration + R"("
-eval_interval = "1ep"
-log_interval = "1ba"
-progress = false
-[checkpoint]
-save_interval = "1ep"
-[[plugins]]
-name = "ema"
-half_life = "2ba"
-eval = "both"
-[[loggers]]
-name = "csv"
-)";
+  return logger_test::small_run(name, duration, "csv");
 }
 
-void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+using logger_test::write;
 
 // Every value of metrics.jsonl is in metrics.csv at its step, and the csv holds nothing else; every step has one
 // row.

@@ -29,6 +29,7 @@
 #include "baton_command.h"
 #include "denoiser.h"
 #include "diffusion_math.h"
+#include "test_classifier.h"
 
 namespace fs = std::filesystem;
 using namespace baton_diffusion;
@@ -88,20 +89,7 @@ std::vector<double> logged(const fs::path& metrics, const std::string& name) {
   return values;
 }
 
-// A convnet classifier of random weights (its features are features all the same) and its config, as a main job's
-// run would leave them.
-void write_classifier(const fs::path& dir) {
-  at::manual_seed(11);
-  baton::ModelSpec spec;
-  spec.name = "convnet";
-  spec.widths = {8};
-  auto model = baton::make_model(spec).ptr();
-  baton::NamedTensors tensors;
-  for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
-  for (const auto& b : model->named_buffers()) tensors.emplace_back(b.key(), b.value());
-  baton::write_safetensors((dir / "classifier.safetensors").string(), tensors);
-  write(dir / "classifier.toml", "[model]\nname = \"convnet\"\nwidths = [8]\n");
-}
+using diffusion_test::write_classifier;
 
 std::string tiny_config(const std::string& name, const std::string& duration) {
   return R"([run]

@@ -9,7 +9,6 @@
 // a resumed run's file begins with a SessionLog START at the first step it logs, which makes TensorBoard drop what
 // the interrupted run's files hold from that step on (the resumed run logs those steps again). At the checkpoint's
 // own step, which the START keeps, a resumed run writes only the tags the earlier files do not hold there.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -31,6 +30,7 @@
 #include "baton/components.h"
 #include "baton/error.h"
 #include "baton/logger_destination.h"
+#include "append_file.h"
 #include "event.pb.h"
 #include "png_encode.h"
 
@@ -63,12 +63,9 @@ double now_seconds() {
 class TensorboardLogger final : public baton::LoggerDestination {
  public:
   explicit TensorboardLogger(const baton::PluginConfig& config)
-      : folder_(config.get_or<std::string>("dir", "tb")) {
+      : folder_(config.get_or<std::string>("dir", "tb")), out_("tensorboard logger") {
     if (folder_.empty() || fs::path(folder_).is_absolute() || folder_.find("..") != std::string::npos)
       config.fail("dir", "expected a folder inside the run folder (relative, no \"..\"), got \"" + folder_ + "\"");
-  }
-  ~TensorboardLogger() override {
-    if (fd_ >= 0) ::close(fd_);
   }
 
   void open(const baton::LoggerContext& context) override {
@@ -86,9 +83,7 @@ class TensorboardLogger final : public baton::LoggerDestination {
     char name[512];
     std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%020lld.baton", static_cast<long long>(seconds),
                   host.data(), static_cast<long long>(nanos));
-    path_ = (folder / name).string();
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(std::string("cannot create it: ") + std::strerror(errno));
+    out_.open((folder / name).string(), /*create_new=*/true);
     pb::Event version;
     version.set_wall_time(now_seconds());
     version.set_file_version("brain.Event:2");
@@ -105,7 +100,6 @@ class TensorboardLogger final : public baton::LoggerDestination {
       start.mutable_session_log()->set_status(pb::SessionLog::START);
       write(start);
     }
-    flush();
   }
 
   void log_metrics(const baton::Timestamp& at, const std::vector<std::pair<std::string, double>>& values) override {
@@ -142,37 +136,19 @@ class TensorboardLogger final : public baton::LoggerDestination {
   // fsync (a crash loses at most the last records, as metrics.jsonl's lines).
   void flush() override {}
 
-  void close() override {
-    if (fd_ >= 0 && ::close(fd_) != 0) {
-      fd_ = -1;
-      fail(std::string("cannot close it: ") + std::strerror(errno));
-    }
-    fd_ = -1;
-  }
+  void close() override { out_.close(); }
 
  private:
-  [[noreturn]] void fail(const std::string& reason) const {
-    throw baton::Error("tensorboard logger: file '" + path_ + "': " + reason);
-  }
-
   void write(const pb::Event& event) {
     std::string payload;
-    if (!event.SerializeToString(&payload)) fail("cannot serialise an event");
+    if (!event.SerializeToString(&payload)) out_.fail("cannot serialise an event");
     std::string record;
     record.reserve(payload.size() + 16);
     put_little_endian<8>(record, payload.size());
     put_little_endian<4>(record, masked_crc(record.data(), 8));
     record += payload;
     put_little_endian<4>(record, masked_crc(payload.data(), payload.size()));
-    const char* data = record.data();
-    std::size_t left = record.size();
-    while (left > 0) {
-      const ssize_t written = ::write(fd_, data, left);
-      if (written < 0 && errno == EINTR) continue;
-      if (written < 0) fail(std::string("write failed: ") + std::strerror(errno));
-      data += written;
-      left -= static_cast<std::size_t>(written);
-    }
+    out_.append(record);
   }
 
   // The scalar tags the event files already in `folder` hold at `step`. A record that does not read back (a file
@@ -201,8 +177,7 @@ class TensorboardLogger final : public baton::LoggerDestination {
   }
 
   std::string folder_;
-  std::string path_;
-  int fd_ = -1;
+  baton_plugins::AppendFile out_;
   std::optional<std::int64_t> resumed_at_;  // the checkpoint's step, in a resumed run
   std::set<std::string> logged_at_resume_;  // the tags the event files hold at that step
 };

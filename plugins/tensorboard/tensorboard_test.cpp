@@ -10,11 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "baton/components.h"
-#include "baton/models.h"
-#include "baton/plugin_loader.h"
-#include "baton/safetensors.h"
+#include "../diffusion/test_classifier.h"
 #include "baton_command.h"
+#include "logger_test_support.h"
 
 namespace fs = std::filesystem;
 using baton::test::read_bytes;
@@ -25,7 +23,7 @@ using baton::test::shell_quote;
 
 namespace {
 
-void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+using logger_test::write;
 
 // The venv's python with tensorboard importable: made (python -m venv, pip install tensorboard) on first use and
 // kept in the build folder. A registry that cannot be reached fails the test, naming pip's reason.
@@ -61,50 +59,11 @@ std::vector<fs::path> event_files(const fs::path& folder) {
 }
 
 std::string mlp_config(const std::string& name, const std::string& duration) {
-  return R"([run]
-name = ")" + name + R"("
-seed = 5
-[data]
-name = "synthetic"
-train_size = 96
-eval_size = 32
-batch_size = 32
-[model]
-name = "mlp"
-widths = [8]
-[trainer]
-max_duration = ")" + duration + R"("
-eval_interval = "1ep"
-log_interval = "1ba"
-progress = false
-[checkpoint]
-save_interval = "1ep"
-[[plugins]]
-name = "ema"
-half_life = "2ba"
-eval = "both"
-[[loggers]]
-name = "tensorboard"
-)";
-}
-
-std::shared_ptr<baton::LoggerDestination> make_tensorboard(const std::string& toml) {
-  baton::PluginLoader().register_components(BATON_PLUGIN_FILE);
-  const auto* entry = baton::components().loggers.find("tensorboard");
-  REQUIRE(entry != nullptr);
-  const auto config = baton::PluginConfig::from_toml(toml, "loggers.0", "run.toml");
-  auto made = entry->factory(config);
-  config.reject_unread();
-  return made;
+  return logger_test::small_run(name, duration, "tensorboard");
 }
 
 std::string config_error(const std::string& toml) {
-  try {
-    make_tensorboard(toml);
-  } catch (const baton::ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return logger_test::config_error(BATON_PLUGIN_FILE, "tensorboard", toml);
 }
 
 }  // namespace
@@ -166,17 +125,8 @@ TEST_CASE("tensorboard: a run resumed after a crash drops the steps the crashed 
 
 TEST_CASE("tensorboard: the diffusion plugin's sample grids are image summaries of each weight set") {
   const fs::path dir = scratch_dir("tensorboard_images");
-  // A convnet of random weights as the fd metric's classifier (the denoiser's evaluation needs a metric of samples).
-  at::manual_seed(11);
-  baton::ModelSpec spec;
-  spec.name = "convnet";
-  spec.widths = {8};
-  auto model = baton::make_model(spec).ptr();
-  baton::NamedTensors tensors;
-  for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
-  for (const auto& b : model->named_buffers()) tensors.emplace_back(b.key(), b.value());
-  baton::write_safetensors((dir / "classifier.safetensors").string(), tensors);
-  write(dir / "classifier.toml", "[model]\nname = \"convnet\"\nwidths = [8]\n");
+  // The denoiser's evaluation samples, measured by the fd metric, whose classifier this writes.
+  diffusion_test::write_classifier(dir);
   write(dir / "run.toml", R"([run]
 name = "images"
 seed = 3
