@@ -72,6 +72,7 @@ class CsvLogger final : public baton::LoggerDestination {
       config.fail("file", "expected a file name in the run folder (no '/'), got \"" + file_ + "\"");
     if (file_ == "metrics.jsonl") config.fail("file", "metrics.jsonl is the run's own metrics file; name another");
   }
+
   void open(const baton::LoggerContext& context) override {
     path_ = (fs::path(context.run_dir) / file_).string();
     std::error_code ec;
@@ -95,9 +96,10 @@ class CsvLogger final : public baton::LoggerDestination {
       while (std::getline(in, line)) {
         const auto fields = csv_fields(line);
         long long batch = 0;
-        if (fields.size() < 2 || std::from_chars(fields[1].data(), fields[1].data() + fields[1].size(), batch).ec !=
-                                     std::errc())
-          continue;  // not a row this logger wrote (a line cut by a crash): dropped
+        // A row without a cell per column (a line cut by a crash) is dropped.
+        if (fields.size() != kTimeColumns.size() + columns_.size() ||
+            std::from_chars(fields[1].data(), fields[1].data() + fields[1].size(), batch).ec != std::errc())
+          continue;
         if (batch <= context.start.batch) rows.push_back(line);
       }
     }

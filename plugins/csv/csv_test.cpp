@@ -165,12 +165,15 @@ TEST_CASE("csv: names with commas or quotes are quoted in the header, and a resu
   csv->close();
   const std::string header = "epoch,batch,sample,\"a,b\",\"say \"\"hi\"\"\"\n";
   CHECK(read_bytes(dir / "table.csv") == header + "0,1,1,1,2\n0,2,2,3,\n0,3,3,4,\n");
-  // Resumed at batch 2: the row of batch 3 (logged after that checkpoint) goes; the columns stay.
+  // A row cut short by a crash, then a resume at batch 2: the rows of batch 3 (logged after that checkpoint) and
+  // the cut one go; the columns stay; a value logged at batch 2 again joins that step's row.
+  std::ofstream(dir / "table.csv", std::ios::app) << "0,1,";
   auto resumed = make_csv("file = \"table.csv\"");
   resumed->open(baton::LoggerContext{dir.string(), true, stamp(0, 2, 2)});
+  resumed->log_metrics(stamp(0, 2, 2), {{"say \"hi\"", 7}});
   resumed->log_metrics(stamp(0, 3, 3), {{"say \"hi\"", 5}});
   resumed->close();
-  CHECK(read_bytes(dir / "table.csv") == header + "0,1,1,1,2\n0,2,2,3,\n0,3,3,,5\n");
+  CHECK(read_bytes(dir / "table.csv") == header + "0,1,1,1,2\n0,2,2,3,7\n0,3,3,,5\n");
   // A fresh (not resumed) run in the same folder starts the file over.
   auto fresh = make_csv("file = \"table.csv\"");
   fresh->open(baton::LoggerContext{dir.string(), false, {}});
