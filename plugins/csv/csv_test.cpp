@@ -17,6 +17,7 @@
 
 #include "baton_command.h"
 #include "logger_test_support.h"
+#include "small_trainer.h"
 
 namespace fs = std::filesystem;
 using baton::test::read_bytes;
@@ -257,4 +258,41 @@ TEST_CASE("csv: an unknown logger name lists the registered ones") {
   CHECK(check.status == 2);
   CHECK(check.err.find("loggers.0.name") != std::string::npos);
   CHECK(check.err.find("unknown logger 'cvs'") != std::string::npos);
+}
+
+TEST_CASE("csv from C++: TrainerOptions::loggers, opened at fit(), never without a run folder") {
+  const fs::path dir = scratch_dir("csv_embedded");
+  baton::TrainerOptions options = baton::test::quiet_options((dir / "run").string());
+  // As docs/logging.md shows: the built-in library found by name, the logger made from the registry.
+  baton::PluginLoader loader;
+  loader.register_components(loader.resolve("csv"));
+  const auto* csv = baton::components().loggers.find("csv");
+  REQUIRE(csv != nullptr);
+  options.loggers.push_back(csv->factory(baton::PluginConfig::from_toml("file = \"table.csv\"", "csv")));
+  auto trainer = baton::test::make_trainer(options, "mlp");
+  trainer->check();
+  CHECK_FALSE(fs::exists(dir / "run" / "table.csv"));  // nothing before fit
+  trainer->fit();
+  const Table table = read_table(dir / "run" / "table.csv");
+  // 3 batches an epoch, 2 epochs; train/loss at each epoch's end (log_interval 50 batches), then the evaluation:
+  // both in one row of that batch.
+  REQUIRE(table.rows.size() == 2);
+  CHECK(table.rows[0][1] == "3");
+  CHECK(table.rows[1][1] == "6");
+  CHECK(std::find(table.header.begin(), table.header.end(), "eval/accuracy") != table.header.end());
+
+  // Without a run folder the trainer writes nothing: the logger is never opened.
+  baton::TrainerOptions nowhere = baton::test::quiet_options();
+  auto recorded = std::make_shared<std::vector<std::string>>();
+  struct Opened final : baton::LoggerDestination {
+    explicit Opened(std::shared_ptr<std::vector<std::string>> calls) : calls(std::move(calls)) {}
+    std::shared_ptr<std::vector<std::string>> calls;
+    void open(const baton::LoggerContext&) override { calls->push_back("open"); }
+    void log_metrics(const baton::Timestamp&, const std::vector<std::pair<std::string, double>>&) override {
+      calls->push_back("metrics");
+    }
+  };
+  nowhere.loggers.push_back(std::make_shared<Opened>(recorded));
+  baton::test::make_trainer(nowhere, "mlp")->fit();
+  CHECK(recorded->empty());
 }
