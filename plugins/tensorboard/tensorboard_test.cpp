@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../diffusion/test_classifier.h"
+#include "../diffusion/diffusion_test_support.h"
 #include "baton_command.h"
 #include "logger_test_support.h"
 
@@ -127,45 +127,14 @@ TEST_CASE("tensorboard: the diffusion plugin's sample grids are image summaries 
   const fs::path dir = scratch_dir("tensorboard_images");
   // The denoiser's evaluation samples, measured by the fd metric, whose classifier this writes.
   diffusion_test::write_classifier(dir);
-  write(dir / "run.toml", R"([run]
-name = "images"
-seed = 3
-[data]
-name = "synthetic"
-train_size = 64
-eval_size = 16
-batch_size = 32
-eval_batch_size = 16
-metrics = [{ name = "fd", classifier = "classifier.safetensors", classifier_config = "classifier.toml" }]
-[model]
-name = "denoiser"
-channels = 8
-timesteps = 100
-sample_steps = 2
-[trainer]
-max_duration = "2ba"
-eval_interval = "2ba"
-log_interval = "1ba"
-progress = false
-[checkpoint]
-save_interval = "0ba"
-[[plugins]]
-name = "ema"
-half_life = "4ba"
-eval = "both"
-[[plugins]]
-path = ")" + std::string(BATON_DIFFUSION_PLUGIN) + R"("
-grid = 8
-columns = 4
-[[loggers]]
-name = "tensorboard"
-)");
+  write(dir / "run.toml", diffusion_test::tiny_config("images", "4ba", BATON_DIFFUSION_PLUGIN) +
+                              "[[loggers]]\nname = \"tensorboard\"\n");
   const auto train = run_baton(dir, {"train", "run.toml"});
   REQUIRE_MESSAGE(train.status == 0, train.err);
   const auto read = read_events(dir / "runs" / "images", {"samples/eval", "samples/eval_raw"});
   CHECK_MESSAGE(read.status == 0, read.err << read.out);
-  CHECK(read.out.find("\"samples/eval\": [2]") != std::string::npos);
-  CHECK(read.out.find("\"samples/eval_raw\": [2]") != std::string::npos);
+  CHECK(read.out.find("\"samples/eval\": [4]") != std::string::npos);
+  CHECK(read.out.find("\"samples/eval_raw\": [4]") != std::string::npos);
 }
 
 TEST_CASE("tensorboard: in a data-parallel run only rank 0 writes") {
