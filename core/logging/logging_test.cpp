@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,39 @@ TEST_SUITE("logging") {
     image.width = 3;
     CHECK_THROWS_WITH_AS(log_image(logger, "samples/bad", image),
                          doctest::Contains("log_image 'samples/bad': 2 pixel values for a 1x3x1 image"), Error);
+  }
+
+  TEST_CASE("a destination's failure is a baton::Error; one that fails to open closes those opened before it") {
+    struct Failing final : LoggerDestination {
+      int mode = 0;  // 1: open throws a std::runtime_error, 2: log_metrics throws an int
+      std::vector<std::string>* calls = nullptr;
+      void open(const LoggerContext&) override {
+        calls->push_back("open");
+        if (mode == 1) throw std::runtime_error("disk full");
+      }
+      void log_metrics(const Timestamp&, const std::vector<std::pair<std::string, double>>&) override {
+        if (mode == 2) throw 7;
+      }
+      void close() override { calls->push_back("close"); }
+    };
+    std::vector<std::string> calls;
+    auto first = std::make_shared<Failing>();
+    auto second = std::make_shared<Failing>();
+    first->calls = second->calls = &calls;
+    second->mode = 1;
+    State state;
+    RunLoggerOptions options;
+    options.console = false;
+    options.destinations = {first, second};
+    RunLogger opening(state, options);
+    CHECK_THROWS_WITH_AS(opening.open_destinations(LoggerContext{}), "a logger failed: disk full", Error);
+    CHECK(calls == std::vector<std::string>{"open", "open", "close"});
+
+    second->mode = 2;
+    RunLogger logging(state, options);
+    logging.open_destinations(LoggerContext{});
+    logging.log_metric("train/loss", 1);
+    CHECK_THROWS_WITH_AS(logging.flush(), doctest::Contains("not a std::exception"), Error);
   }
 
   TEST_CASE("format_duration") {

@@ -41,6 +41,21 @@ void write_all(int fd, const std::string& path, const std::string& text) {
   }
 }
 
+// A call into a destination, which may be a plugin library's code: its failure becomes a baton::Error (made here,
+// so no exception type of the library outlives the call), as every call into a plugin is guarded.
+template <class Call>
+void guarded(Call call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    throw Error(e.what());
+  } catch (const std::exception& e) {
+    throw Error(std::string("a logger failed: ") + e.what());
+  } catch (...) {
+    throw Error("a logger failed: it threw something that is not a std::exception");
+  }
+}
+
 }  // namespace
 
 RunLogger::RunLogger(State& state, RunLoggerOptions options) : state_(state), options_(std::move(options)) {
@@ -138,23 +153,24 @@ void RunLogger::flush() {
   if (!destinations_open_) return;
   for (const auto& pending : lines) {
     const std::vector<std::pair<std::string, double>> values(pending.values.begin(), pending.values.end());
-    for (const auto& destination : options_.destinations) destination->log_metrics(pending.at, values);
+    for (const auto& destination : options_.destinations)
+      guarded([&] { destination->log_metrics(pending.at, values); });
   }
-  for (const auto& destination : options_.destinations) destination->flush();
+  for (const auto& destination : options_.destinations) guarded([&] { destination->flush(); });
 }
 
 void RunLogger::log_image(std::string_view name, const Image& image) {
   if (!destinations_open_) return;
   const Timestamp now = line_time(state_);
   const std::string key(name);
-  for (const auto& destination : options_.destinations) destination->log_image(now, key, image);
+  for (const auto& destination : options_.destinations) guarded([&] { destination->log_image(now, key, image); });
 }
 
 void RunLogger::open_destinations(const LoggerContext& context) {
   if (options_.rank != 0 || destinations_open_ || options_.destinations.empty()) return;
   for (std::size_t i = 0; i < options_.destinations.size(); ++i) {
     try {
-      options_.destinations[i]->open(context);
+      guarded([&] { options_.destinations[i]->open(context); });
     } catch (...) {
       // Those already open hold files: close them so the error leaves nothing half-written behind.
       for (std::size_t j = 0; j < i; ++j) try {
@@ -173,8 +189,10 @@ void RunLogger::close_destinations() {
   std::exception_ptr first;
   for (const auto& destination : options_.destinations) {
     try {
-      destination->flush();
-      destination->close();
+      guarded([&] {
+        destination->flush();
+        destination->close();
+      });
     } catch (...) {
       if (!first) first = std::current_exception();
     }
