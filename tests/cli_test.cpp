@@ -774,12 +774,12 @@ TEST_SUITE("cli") {
       examples += "\n" + doc.substr(begin, doc.find("```", begin) - begin);
       ++count;
     }
-    CHECK(count == 5);  // one per monitor
+    CHECK(count == 7);  // one per monitor
     auto dir = scratch("algorithms-doc");
     write(dir / "examples.toml", quick_config(examples));
     auto check = run_baton(dir, {"check", "examples.toml"});
     CHECK_MESSAGE(check.status == 0, check.err);
-    CHECK(contains(check.out, "examples.toml: ok (5 plugins)"));
+    CHECK(contains(check.out, "examples.toml: ok (7 plugins)"));
   }
 
   TEST_CASE("Ctrl-C stops after the current batch with a checkpoint, fit_end, and status 130") {

@@ -267,6 +267,7 @@ int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
   list(registry.schedulers);
   list(registry.losses);
   list(registry.metrics);
+  list(registry.loggers);
   for (const auto& e : errors) std::fprintf(stderr, "warning: %s\n", e.c_str());
   return 0;
 }
