@@ -793,12 +793,12 @@ TEST_SUITE("cli") {
       examples += "\n" + doc.substr(begin, doc.find("```", begin) - begin);
       ++count;
     }
-    CHECK(count == 5);  // one per monitor
+    CHECK(count == 7);  // one per monitor
     auto dir = scratch("algorithms-doc");
     write(dir / "examples.toml", quick_config(examples));
     auto check = run_baton(dir, {"check", "examples.toml"});
     CHECK_MESSAGE(check.status == 0, check.err);
-    CHECK(contains(check.out, "examples.toml: ok (5 plugins)"));
+    CHECK(contains(check.out, "examples.toml: ok (7 plugins)"));
   }
 
   TEST_CASE("Ctrl-C stops after the current batch with a checkpoint, fit_end, and status 130") {
@@ -1196,5 +1196,52 @@ TEST_SUITE("cli") {
     CHECK(contains(narrowed.err, "mat1 and mat2 shapes cannot be multiplied"));
     CHECK_FALSE(contains(narrowed.err, "Exception raised from"));
     CHECK_FALSE(contains(narrowed.err, "frame #"));
+  }
+
+  TEST_CASE("baton's runs make OpenMP threads wait passively unless the environment chooses, checked in libgomp") {
+    auto dir = scratch("openmp_wait");
+    write(dir / "run.toml", quick_config());
+    // libgomp prints its settings when it is loaded (OMP_DISPLAY_ENV): once per start of the program. Its own
+    // default spins (300000 times in GCC 12's) before sleeping; PASSIVE spins 0 times.
+    auto spin_counts = [](const std::string& err) {
+      std::vector<std::string> counts;
+      const std::string key = "GOMP_SPINCOUNT = '";
+      for (auto at = err.find(key); at != std::string::npos; at = err.find(key, at + 1)) {
+        const auto from = at + key.size();
+        counts.push_back(err.substr(from, err.find('\'', from) - from));
+      }
+      return counts;
+    };
+    const std::string clean =
+        "exec env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u BATON_OPENMP_WAIT OMP_DISPLAY_ENV=verbose ";
+    auto train = baton::test::run_in(dir, clean + baton::test::shell_quote(BATON_EXECUTABLE) + " train run.toml");
+    REQUIRE_MESSAGE(train.status == 0, train.err);
+    // Loaded with libgomp's default, then run again with PASSIVE before any work.
+    const auto counts = spin_counts(train.err);
+    REQUIRE(counts.size() == 2);
+    CHECK(counts[0] != "0");
+    CHECK(counts[1] == "0");
+    CHECK(contains(train.out + train.err, "baton: OpenMP threads sleep when idle (OMP_WAIT_POLICY=PASSIVE, "
+                                          "baton's default; OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment "
+                                          "choose another)"));
+    fs::remove_all(dir / "runs");
+
+    // The user's setting is kept, and said.
+    auto own = baton::test::run_in(dir, clean + "GOMP_SPINCOUNT=5000 " +
+                                            baton::test::shell_quote(BATON_EXECUTABLE) + " train run.toml");
+    REQUIRE_MESSAGE(own.status == 0, own.err);
+    CHECK(spin_counts(own.err) == std::vector<std::string>{"5000"});
+    CHECK(contains(own.out + own.err, "baton: OpenMP threads wait as the environment says (GOMP_SPINCOUNT=5000)"));
+    fs::remove_all(dir / "runs");
+
+    // libgomp's own default on request (to compare), and no second start for a command that trains nothing.
+    auto libgomp = baton::test::run_in(dir, clean + "BATON_OPENMP_WAIT=libgomp " +
+                                                baton::test::shell_quote(BATON_EXECUTABLE) + " train run.toml");
+    REQUIRE_MESSAGE(libgomp.status == 0, libgomp.err);
+    CHECK(spin_counts(libgomp.err) == std::vector<std::string>{counts[0]});
+    CHECK(contains(libgomp.out + libgomp.err, "baton: OpenMP threads spin when idle (libgomp's default)"));
+    auto check = baton::test::run_in(dir, clean + baton::test::shell_quote(BATON_EXECUTABLE) + " check run.toml");
+    CHECK(check.status == 0);
+    CHECK(spin_counts(check.err) == std::vector<std::string>{counts[0]});
   }
 }

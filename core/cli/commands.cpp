@@ -18,6 +18,7 @@
 #include "baton/safetensors.h"
 #include "baton/trainer.h"
 #include "cli/launch_command.h"
+#include "cli/openmp_wait.h"
 #include "config/config.h"
 #include "baton/plugin_loader.h"
 #include "posthoc_command.h"  // posthoc
@@ -132,6 +133,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
               " per batch, max_duration " + config.trainer.max_duration.str());
   logger.info("baton: BLAS " + baton::blas_description() + ", " + std::to_string(at::get_num_threads()) +
               " threads, device " + config.trainer.device + ", precision " + config.trainer.precision);
+  logger.info("baton: " + baton::cli::openmp_wait_description());
   for (const auto& p : run->plugins)
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);
   baton::install_stop_signal_handlers();
@@ -265,6 +267,7 @@ int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
   list(registry.schedulers);
   list(registry.losses);
   list(registry.metrics);
+  list(registry.loggers);
   for (const auto& e : errors) std::fprintf(stderr, "warning: %s\n", e.c_str());
   return 0;
 }
@@ -274,6 +277,7 @@ int run_plugins(const std::vector<std::string>& paths, bool allow_insecure) {
 namespace baton {
 
 int cli_main(int argc, char** argv) {
+  baton::cli::settle_openmp_wait(argc, argv);  // may run the program again, before LibTorch does any work
   CLI::App app{"baton: a training engine for LibTorch with run-time plugins"};
   app.require_subcommand(1);
   // Command-line mistakes read like every other error baton reports: "error: <what>".

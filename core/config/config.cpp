@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string_view> kSections = {"run",     "data",       "model",       "optimizer", "scheduler",
                                                  "loss",    "trainer",    "checkpoint",  "distributed", "plugins",
-                                                 "plugin_search", "eval"};
+                                                 "plugin_search", "eval", "loggers"};
 
 std::string join(const std::vector<std::string_view>& items, std::string_view quote = "") {
   std::string out;
@@ -227,6 +227,22 @@ std::vector<PluginEntry> read_plugins(toml::table& root, const Context& ctx) {
   return read_tables(root, "plugins", ctx, [&](toml::table& table, std::size_t i) { return read_plugin(table, i, ctx); });
 }
 
+// [[loggers]]: each table names a logger destination; its other keys are read by the destination's factory
+// when the run is built, as a component section's are.
+std::vector<ComponentSection> read_loggers(toml::table& root, const Context& ctx) {
+  return read_tables(root, "loggers", ctx, [&](toml::table& table, std::size_t i) {
+    const std::string key = "loggers." + std::to_string(i);
+    const SourceLocation where = location_of(table, ctx.file);
+    const PluginConfig s = make_section_config(std::move(table), key, ctx.file, where);
+    ComponentSection section;
+    section.name = s.get_text("name");
+    if (section.name.empty()) s.fail("name", "expected the name of a logger (\"csv\", \"tensorboard\"), got \"\"");
+    section.config = s;
+    record_locations(s, key, ctx);
+    return section;
+  });
+}
+
 // [[eval]]: extra evaluation sets. The generic keys are read here; a set's own dataset and its metrics read theirs
 // when the run is built, as [data]'s do.
 EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<EvalEntry>& earlier, const Context& ctx) {
@@ -304,6 +320,7 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
   config.evals = read_evals(root, ctx);
   config.plugins = read_plugins(root, ctx);
+  config.loggers = read_loggers(root, ctx);
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = (fs::path(config.run.dir) / config.run.name / "checkpoints").string();
   return config;
@@ -347,17 +364,21 @@ std::vector<std::string> split_key(const Override& o, const SourceLocation& at) 
   }
 }
 
-toml::table* find_plugin(toml::table& root, const std::string& selector, const Override& o, const SourceLocation& at) {
-  toml::node* node = root.get("plugins");
-  if (node == nullptr) throw ConfigError(at, o.key, "the config has no [[plugins]] entries to override");
+// An entry of an array of tables ([[plugins]], [[loggers]]) by its index or its name, for a --set.
+toml::table* find_entry(toml::table& root, const std::string& array_key, const std::string& selector,
+                        const Override& o, const SourceLocation& at) {
+  const std::string tables = "[[" + array_key + "]]";
+  const std::string what = array_key == "plugins" ? "plugin" : "logger";
+  toml::node* node = root.get(array_key);
+  if (node == nullptr) throw ConfigError(at, o.key, "the config has no " + tables + " entries to override");
   toml::array* array = node->as_array();
-  if (array == nullptr) return nullptr;  // the file's own error is reported when the plugins are read
+  if (array == nullptr) return nullptr;  // the file's own error is reported when the tables are read
   if (is_digits(selector)) {
     const std::size_t index = selector.size() > 9 ? array->size() : std::stoul(selector);
     if (index >= array->size())
       throw ConfigError(at, o.key,
-                        "no plugin at index " + selector + "; the config has " + std::to_string(array->size()) +
-                            " [[plugins]] entries (indexes start at 0)");
+                        "no " + what + " at index " + selector + "; the config has " +
+                            std::to_string(array->size()) + " " + tables + " entries (indexes start at 0)");
     return (*array)[index].as_table();
   }
   toml::table* found = nullptr;
@@ -370,14 +391,15 @@ toml::table* find_plugin(toml::table& root, const std::string& selector, const O
     if (names.back() != selector) continue;
     if (found != nullptr)
       throw ConfigError(at, o.key,
-                        "several [[plugins]] entries are named '" + selector + "'; use plugins.<index>.<key>");
+                        "several " + tables + " entries are named '" + selector + "'; use " + array_key +
+                            ".<index>.<key>");
     found = table;
   }
   if (found == nullptr) {
     std::vector<std::string_view> shown(names.begin(), names.end());
     throw ConfigError(at, o.key,
-                      "unknown plugin '" + selector + "'" + detail::did_you_mean(selector, names) +
-                          "; the [[plugins]] entries are " +
+                      "unknown " + what + " '" + selector + "'" + detail::did_you_mean(selector, names) +
+                          "; the " + tables + " entries are " +
                           (shown.empty() ? std::string("(none with a name)") : join(shown, "'")) +
                           ", or use the 0-based index");
   }
@@ -422,11 +444,11 @@ void apply_override(toml::table& root, const Override& o) {
   // An empty value removes the key (its default applies); a quoted empty string ('""') sets one.
   const bool remove = o.value.empty();
   toml::table value = remove ? toml::table{} : parse_override_value(o, at.file);
-  if (section == "plugins") {
-    if (parts.size() < 3) throw ConfigError(at, o.key, "expected plugins.<index or name>.<key>");
-    if (toml::table* plugin = find_plugin(root, parts[1], o, at)) {
+  if (section == "plugins" || section == "loggers") {
+    if (parts.size() < 3) throw ConfigError(at, o.key, "expected " + section + ".<index or name>.<key>");
+    if (toml::table* plugin = find_entry(root, section, parts[1], o, at)) {
       if (remove && (parts[2] == "name" || parts[2] == "path"))
-        throw ConfigError(at, o.key, "a [[plugins]] entry needs its " + parts[2] + ": it cannot be removed");
+        throw ConfigError(at, o.key, "a [[" + section + "]] entry needs its " + parts[2] + ": it cannot be removed");
       remove ? remove_key(*plugin, parts, 2) : assign(*plugin, parts, 2, value, o, at);
     }
     return;

@@ -98,6 +98,9 @@ struct RunConfig {
   DistributedSection distributed;
   std::vector<EvalEntry> evals;  // [[eval]], in file order
   std::vector<PluginEntry> plugins;
+  /// [[loggers]], in file order: each names a registered logger destination (name = "csv") with its keys
+  /// (docs/logging.md); a name not registered yet is looked up as a plugin file of that name.
+  std::vector<ComponentSection> loggers;
   std::vector<std::string> plugin_search_paths;  // [plugin_search] paths, relative to the config file's folder
   bool allow_insecure_plugins = false;           // [plugin_search] allow_insecure
   /// Where each key given in the file or a --set is ("data.batch_size" -> file, line, column), for the checks made
@@ -113,7 +116,7 @@ struct RunConfig {
 
 /// One "--set section.key=value" override. The value is read as a TOML value ("0.1", "true", "[1,2]",
 /// "\"text\""); anything that does not parse as one is taken as a string, so "--set trainer.max_duration=2ep" works.
-/// Plugin keys: "plugins.<index or name>.<key>".
+/// Plugin keys: "plugins.<index or name>.<key>"; logger keys likewise "loggers.<index or name>.<key>".
 struct Override {
   std::string key;
   std::string value;   // "" removes the key (its default applies)

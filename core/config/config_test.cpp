@@ -493,6 +493,32 @@ path = "/opt/libcustom.so"
     CHECK(failure(file + "\n[[plugins]]\nname = \"ema\"\n", {"plugins.ema.decay=1"}).key == "plugins.ema.decay");
   }
 
+  TEST_CASE("[[loggers]]: each names a logger, its other keys kept for it; overrides by index and by name") {
+    const std::string file = "[[loggers]]\nname = \"csv\"\n\n[[loggers]]\nname = \"tensorboard\"\ndir = \"tb\"\n";
+    const RunConfig c = parse(file, {"loggers.tensorboard.dir=\"boards\"", "loggers.0.file=\"m.csv\""});
+    REQUIRE(c.loggers.size() == 2);
+    CHECK(c.loggers[0].name == "csv");
+    CHECK(c.loggers[0].config.get<std::string>("file") == "m.csv");
+    CHECK(c.loggers[1].name == "tensorboard");
+    CHECK(c.loggers[1].config.get<std::string>("dir") == "boards");
+    CHECK(contains(c.where("loggers.1.dir").file, "--set loggers.tensorboard.dir"));  // located at the --set
+    CHECK(parse("").loggers.empty());
+    const Failure missing = failure("[[loggers]]\ndir = \"tb\"\n");
+    CHECK(missing.key == "loggers.0.name");
+    CHECK(missing.line == 1);
+    CHECK(failure("[[loggers]]\nname = \"\"\n").key == "loggers.0.name");
+    CHECK(failure("[[loggers]]\nname = 3\n").key == "loggers.0.name");
+    CHECK(failure("loggers = 3\n").key == "loggers");
+    CHECK(failure(file, {"loggers.nope.dir=1"}).what ==
+          "--set loggers.nope.dir=1: loggers.nope.dir: unknown logger 'nope'; the [[loggers]] entries are 'csv', "
+          "'tensorboard', or use the 0-based index");
+    CHECK(failure(file, {"loggers.5.dir=1"}).what ==
+          "--set loggers.5.dir=1: loggers.5.dir: no logger at index 5; the config has 2 [[loggers]] entries "
+          "(indexes start at 0)");
+    CHECK(failure(file, {"loggers.0.name="}).what ==
+          "--set loggers.0.name=: loggers.0.name: a [[loggers]] entry needs its name: it cannot be removed");
+  }
+
   TEST_CASE("load_config reads a file and resolves plugin paths against its folder") {
     const auto dir = scratch("load");
     write(dir / "sub" / "run.toml", R"([run]

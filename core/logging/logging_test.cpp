@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,104 @@ TEST_SUITE("logging") {
     CHECK_FALSE(fs::exists(path));
     CHECK(read_back(out).empty());
     std::fclose(out);
+  }
+
+  TEST_CASE("destinations get every line of metrics.jsonl with its time, and images, once opened, on rank 0 only") {
+    // Records what a destination is told, in order.
+    struct Recorder final : LoggerDestination {
+      std::vector<std::string> calls;
+      void open(const LoggerContext& context) override {
+        calls.push_back("open " + context.run_dir + (context.resumed ? " resumed at " : " fresh at ") +
+                        std::to_string(context.start.batch));
+      }
+      void log_metrics(const Timestamp& at, const std::vector<std::pair<std::string, double>>& values) override {
+        std::string call = "metrics " + std::to_string(at.epoch) + "/" + std::to_string(at.batch);
+        for (const auto& [name, value] : values) call += " " + name + "=" + std::to_string(value);
+        calls.push_back(call);
+      }
+      void log_image(const Timestamp& at, const std::string& name, const Image& image) override {
+        calls.push_back("image " + std::to_string(at.batch) + " " + name + " " + std::to_string(image.width) + "x" +
+                        std::to_string(image.height));
+      }
+      void flush() override { calls.push_back("flush"); }
+      void close() override { calls.push_back("close"); }
+    };
+    Image image;
+    image.height = 1;
+    image.width = 2;
+    image.channels = 1;
+    image.pixels = {0, 255};
+    for (int rank : {0, 1}) {
+      CAPTURE(rank);
+      State state;
+      auto recorder = std::make_shared<Recorder>();
+      RunLoggerOptions options;
+      options.console = false;
+      options.rank = rank;
+      options.destinations = {recorder};
+      RunLogger logger(state, options);
+      logger.log_metric("before/open", 1);  // kept for metrics.jsonl; a destination not open yet gets nothing
+      logger.flush();
+      log_image(logger, "samples/none", image);
+      logger.open_destinations(LoggerContext{"runs/x", true, state.progress.now});
+      state.progress.now.batch = 2;
+      logger.log_metric("train/loss", 0.5);
+      logger.log_metric("lr", 0.25);
+      logger.log_metric("lr", 0.125);  // a second value at one time: a second line
+      log_image(logger, "samples/eval", image);
+      state.progress.now.batch = 3;
+      logger.log_metric("eval/accuracy", 0.75);
+      logger.flush();
+      logger.close_destinations();
+      logger.close_destinations();  // closed once
+      if (rank == 0)
+        CHECK(recorder->calls == std::vector<std::string>{"open runs/x resumed at 0", "image 2 samples/eval 2x1",
+                                                          "metrics 0/2 lr=0.250000 train/loss=0.500000",
+                                                          "metrics 0/2 lr=0.125000",
+                                                          "metrics 0/3 eval/accuracy=0.750000", "flush", "flush",
+                                                          "close"});
+      else
+        CHECK(recorder->calls.empty());
+    }
+    // An image whose pixels do not match its size is refused, naming it.
+    State state;
+    RunLogger logger(state, RunLoggerOptions{});
+    image.width = 3;
+    CHECK_THROWS_WITH_AS(log_image(logger, "samples/bad", image),
+                         doctest::Contains("log_image 'samples/bad': 2 pixel values for a 1x3x1 image"), Error);
+  }
+
+  TEST_CASE("a destination's failure is a baton::Error; one that fails to open closes those opened before it") {
+    struct Failing final : LoggerDestination {
+      int mode = 0;  // 1: open throws a std::runtime_error, 2: log_metrics throws an int
+      std::vector<std::string>* calls = nullptr;
+      void open(const LoggerContext&) override {
+        calls->push_back("open");
+        if (mode == 1) throw std::runtime_error("disk full");
+      }
+      void log_metrics(const Timestamp&, const std::vector<std::pair<std::string, double>>&) override {
+        if (mode == 2) throw 7;
+      }
+      void close() override { calls->push_back("close"); }
+    };
+    std::vector<std::string> calls;
+    auto first = std::make_shared<Failing>();
+    auto second = std::make_shared<Failing>();
+    first->calls = second->calls = &calls;
+    second->mode = 1;
+    State state;
+    RunLoggerOptions options;
+    options.console = false;
+    options.destinations = {first, second};
+    RunLogger opening(state, options);
+    CHECK_THROWS_WITH_AS(opening.open_destinations(LoggerContext{}), "a logger failed: disk full", Error);
+    CHECK(calls == std::vector<std::string>{"open", "open", "close"});
+
+    second->mode = 2;
+    RunLogger logging(state, options);
+    logging.open_destinations(LoggerContext{});
+    logging.log_metric("train/loss", 1);
+    CHECK_THROWS_WITH_AS(logging.flush(), doctest::Contains("not a std::exception"), Error);
   }
 
   TEST_CASE("format_duration") {

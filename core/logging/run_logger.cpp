@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -40,6 +41,21 @@ void write_all(int fd, const std::string& path, const std::string& text) {
   }
 }
 
+// A call into a destination, which may be a plugin library's code: its failure becomes a baton::Error (made here,
+// so no exception type of the library outlives the call), as every call into a plugin is guarded.
+template <class Call>
+void guarded(Call call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    throw Error(e.what());
+  } catch (const std::exception& e) {
+    throw Error(std::string("a logger failed: ") + e.what());
+  } catch (...) {
+    throw Error("a logger failed: it threw something that is not a std::exception");
+  }
+}
+
 }  // namespace
 
 RunLogger::RunLogger(State& state, RunLoggerOptions options) : state_(state), options_(std::move(options)) {
@@ -49,6 +65,7 @@ RunLogger::RunLogger(State& state, RunLoggerOptions options) : state_(state), op
 RunLogger::~RunLogger() {
   try {
     flush();
+    close_destinations();
   } catch (...) {
     // Nothing sensible to do with a failed write while tearing down; the destructor must not throw.
   }
@@ -122,16 +139,65 @@ void RunLogger::flush() {
   if (pending_.empty()) return;
   std::vector<PendingLine> lines;
   lines.swap(pending_);  // lines that failed are not retried on top of the next ones
-  if (metrics_fd_ < 0) return;
-  std::string text;
-  for (const auto& pending : lines) {
-    const Timestamp& at = pending.at;
-    // ordered_json keeps the time fields first, which makes the file easy to read by eye.
-    nlohmann::ordered_json line = {{"epoch", at.epoch}, {"batch", at.batch}, {"sample", at.sample}};
-    for (const auto& [name, value] : pending.values) line[name] = value;
-    text += line.dump() + "\n";
+  if (metrics_fd_ >= 0) {
+    std::string text;
+    for (const auto& pending : lines) {
+      const Timestamp& at = pending.at;
+      // ordered_json keeps the time fields first, which makes the file easy to read by eye.
+      nlohmann::ordered_json line = {{"epoch", at.epoch}, {"batch", at.batch}, {"sample", at.sample}};
+      for (const auto& [name, value] : pending.values) line[name] = value;
+      text += line.dump() + "\n";
+    }
+    write_all(metrics_fd_, options_.metrics_path, text);
   }
-  write_all(metrics_fd_, options_.metrics_path, text);
+  if (!destinations_open_) return;
+  for (const auto& pending : lines) {
+    const std::vector<std::pair<std::string, double>> values(pending.values.begin(), pending.values.end());
+    for (const auto& destination : options_.destinations)
+      guarded([&] { destination->log_metrics(pending.at, values); });
+  }
+  for (const auto& destination : options_.destinations) guarded([&] { destination->flush(); });
+}
+
+void RunLogger::log_image(std::string_view name, const Image& image) {
+  if (!destinations_open_) return;
+  const Timestamp now = line_time(state_);
+  const std::string key(name);
+  for (const auto& destination : options_.destinations) guarded([&] { destination->log_image(now, key, image); });
+}
+
+void RunLogger::open_destinations(const LoggerContext& context) {
+  if (options_.rank != 0 || destinations_open_ || options_.destinations.empty()) return;
+  for (std::size_t i = 0; i < options_.destinations.size(); ++i) {
+    try {
+      guarded([&] { options_.destinations[i]->open(context); });
+    } catch (...) {
+      // Those already open hold files: close them so the error leaves nothing half-written behind.
+      for (std::size_t j = 0; j < i; ++j) try {
+          options_.destinations[j]->close();
+        } catch (...) {
+        }
+      throw;
+    }
+  }
+  destinations_open_ = true;
+}
+
+void RunLogger::close_destinations() {
+  if (!destinations_open_) return;
+  destinations_open_ = false;
+  std::exception_ptr first;
+  for (const auto& destination : options_.destinations) {
+    try {
+      guarded([&] {
+        destination->flush();
+        destination->close();
+      });
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace baton

@@ -188,6 +188,9 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
   built.metrics = build_metrics(config.data.metrics, "data.metrics", eval_spec);
   for (std::size_t i = 0; i < config.evals.size(); ++i)
     built.eval_sets.push_back(build_eval_set(config, i, built.data, context));
+  for (std::size_t i = 0; i < config.loggers.size(); ++i)
+    built.loggers.push_back(
+        build_component(registry.loggers, config.loggers[i], "loggers." + std::to_string(i)));
   return built;
 }
 
@@ -222,6 +225,24 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
     int count = ++seen[plugin.info.name];
     plugin.id = count == 1 ? plugin.info.name : plugin.info.name + "#" + std::to_string(count);
     plugins.push_back(std::move(plugin));
+  }
+  // A [[loggers]] name that no library loaded so far registered is looked for as a plugin file of that name (the
+  // built-in csv.so and tensorboard.so), so a logger is picked by its name alone. A name with no such file is left
+  // to build_components, whose error lists the registered loggers.
+  for (std::size_t i = 0; i < config.loggers.size(); ++i) {
+    const ComponentSection& logger = config.loggers[i];
+    if (components().loggers.find(logger.name) != nullptr) continue;
+    std::string path;
+    try {
+      path = loader.resolve(logger.name);
+    } catch (const PluginError&) {
+      continue;
+    }
+    try {
+      loader.register_components(path);
+    } catch (const PluginError& e) {
+      throw ConfigError(logger.config.where("name"), "loggers." + std::to_string(i) + ".name", e.what());
+    }
   }
   return plugins;
 }
@@ -289,6 +310,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.eval_sets = std::move(built.eval_sets);
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
+  t.loggers = std::move(built.loggers);
 
   run->trainer = std::make_unique<Trainer>(std::move(built.model), std::move(built.optimizer),
                                            std::move(built.data.train), std::move(built.data.eval), std::move(t));

@@ -42,8 +42,9 @@ class PluginEntryError : public PluginError {
   std::string reason_;
 };
 
-/// Loads the config's plugins (validating their keys) in configured order, with unique ids. Throws
-/// PluginEntryError, or the ConfigError of a plugin's own key.
+/// Loads the config's plugins (validating their keys) in configured order, with unique ids, and the libraries of the
+/// [[loggers]] named but not registered yet (their file named after them). Throws PluginEntryError, or the
+/// ConfigError of a plugin's own key or of a logger library that cannot be loaded.
 std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insecure);
 
 /// Checks what parsing alone cannot about the machine: trainer.threads against its cores and trainer.device
@@ -59,6 +60,7 @@ struct BuiltComponents {
   LossFunction loss;
   std::vector<NamedMetric> metrics;  // [data] metrics; empty: the trainer's defaults for the evaluation data
   std::vector<EvalSet> eval_sets;    // [[eval]]
+  std::vector<std::shared_ptr<LoggerDestination>> loggers;  // [[loggers]], not opened yet
 };
 
 /// Builds the dataset, model (shaped by the data), optimizer, schedule and loss of the config, each checking its

@@ -227,6 +227,8 @@ struct Trainer::Impl {
     if (!options.run_dir.empty()) out.metrics_path = metrics_path();
     out.quiet = options.quiet;
     out.rank = options.rank;
+    // A run that writes nothing opens no destination (they write under the run folder).
+    if (!options.run_dir.empty()) out.destinations = options.loggers;
     return out;
   }
   std::string metrics_path() const { return (fs::path(options.run_dir) / "metrics.jsonl").string(); }
@@ -760,10 +762,13 @@ struct Trainer::Impl {
     std::exception_ptr failure;
     try {
       ensure_init();
-      if (!checkpoints.resume().empty() && options.rank == 0 && !options.run_dir.empty())
+      const bool resumed = !checkpoints.resume().empty();
+      if (resumed && options.rank == 0 && !options.run_dir.empty())
         // The end-of-run table and chart cover the whole run: the evaluations before this point are in
         // metrics.jsonl.
         evaluator.load_history(metrics_path(), state.progress.now.batch);
+      // Destinations open here, not at construction, so `baton check` (and evaluate or predict) creates no files.
+      logger.open_destinations(LoggerContext{options.run_dir, resumed, state.progress.now});
       broadcast_model(comm(), *module);
       fitting = true;
       fire(Event::fit_start);
@@ -822,6 +827,12 @@ struct Trainer::Impl {
   void close(std::exception_ptr failure) {
     for (const auto& message : engine.close()) logger.warn(message);
     logger.flush();
+    try {
+      logger.close_destinations();
+    } catch (const std::exception& e) {
+      if (!failure) failure = std::current_exception();
+      else logger.warn(e.what());
+    }
     if (failure) std::rethrow_exception(failure);
   }
 

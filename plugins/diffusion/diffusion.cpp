@@ -3,8 +3,9 @@
 //   metric `fd`        the Frechet distance of its samples from the real evaluation images, in the features of a
 //                      classifier baton trained;
 //   and, as the library's callback, the sample grids: at every evaluation a PNG of each weight set's first samples
-//   (samples/eval_ba1000.png, samples/eval_raw_ba1000.png), and samples/predict.png from `baton predict` (under
-//   the current folder: a prediction has no run folder).
+//   (samples/eval_ba1000.png, samples/eval_raw_ba1000.png), also logged as images ("samples/eval",
+//   "samples/eval_raw") for the run's loggers that keep them (tensorboard), and samples/predict.png from `baton
+//   predict` (under the current folder: a prediction has no run folder).
 // A callback library may register components too (the loader registers them when it loads the library), so one
 // [[plugins]] entry brings all three; its keys are the grid's.
 #include <ATen/ops/cat.h>
@@ -14,9 +15,12 @@
 #include <vector>
 
 #include "baton/components.h"
+#include "baton/durable_file.h"
+#include "baton/logger_destination.h"
 #include "baton/plugin.h"
 #include "denoiser.h"
 #include "fd_metric.h"
+#include "png_encode.h"
 #include "png_grid.h"
 
 namespace {
@@ -59,11 +63,11 @@ class SampleGrids final : public baton::Callback {
     if (state.run_dir.empty()) return;
     std::string name = state.eval_label;
     if (!state.eval_set.empty()) name += "_" + state.eval_set;
-    write(state, logger, name + "_ba" + std::to_string(state.timestamp().batch) + ".png");
+    write(state, logger, name, name + "_ba" + std::to_string(state.timestamp().batch) + ".png");
   }
   void predict_start(baton::State&, baton::Logger&) override { collected_.clear(); }
   void predict_after_forward(baton::State& state, baton::Logger&) override { collect(state); }
-  void predict_end(baton::State& state, baton::Logger& logger) override { write(state, logger, "predict.png"); }
+  void predict_end(baton::State& state, baton::Logger& logger) override { write(state, logger, "", "predict.png"); }
 
  private:
   void collect(const baton::State& state) {
@@ -73,14 +77,19 @@ class SampleGrids final : public baton::Callback {
     if (images == nullptr || have >= count_) return;
     collected_.push_back(images->detach().slice(0, 0, count_ - have).to(at::kFloat).cpu());
   }
-  void write(const baton::State& state, baton::Logger& logger, const std::string& file) {
+  // `tag` names the grid for the run's loggers ("samples/<tag>"); empty: the file only.
+  void write(const baton::State& state, baton::Logger& logger, const std::string& tag, const std::string& file) {
     // Rank 0 draws its own share (the grid's first samples); a run that writes nothing gets no pictures.
     if (collected_.empty() || state.rank != 0) return;
     const std::filesystem::path folder = std::filesystem::path(state.run_dir.empty() ? "." : state.run_dir) / "samples";
     std::filesystem::create_directories(folder);
     const std::string path = (folder / file).string();
-    baton_diffusion::write_png_grid(path, at::cat(collected_), columns_);
+    const baton::Image grid = baton_diffusion::grid_image(at::cat(collected_), columns_);
     collected_.clear();
+    const std::vector<std::uint8_t> png = baton_plugins::encode_png(grid, "sample grid '" + path + "'");
+    // Durable like a checkpoint: a reader finds the previous grid or the complete new one.
+    baton::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+    if (!tag.empty()) baton::log_image(logger, "samples/" + tag, grid);
     logger.info("diffusion: wrote " + path);
   }
 

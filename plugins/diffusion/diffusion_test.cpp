@@ -29,6 +29,7 @@
 #include "baton_command.h"
 #include "denoiser.h"
 #include "diffusion_math.h"
+#include "diffusion_test_support.h"
 
 namespace fs = std::filesystem;
 using namespace baton_diffusion;
@@ -88,56 +89,10 @@ std::vector<double> logged(const fs::path& metrics, const std::string& name) {
   return values;
 }
 
-// A convnet classifier of random weights (its features are features all the same) and its config, as a main job's
-// run would leave them.
-void write_classifier(const fs::path& dir) {
-  at::manual_seed(11);
-  baton::ModelSpec spec;
-  spec.name = "convnet";
-  spec.widths = {8};
-  auto model = baton::make_model(spec).ptr();
-  baton::NamedTensors tensors;
-  for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
-  for (const auto& b : model->named_buffers()) tensors.emplace_back(b.key(), b.value());
-  baton::write_safetensors((dir / "classifier.safetensors").string(), tensors);
-  write(dir / "classifier.toml", "[model]\nname = \"convnet\"\nwidths = [8]\n");
-}
+using diffusion_test::write_classifier;
 
 std::string tiny_config(const std::string& name, const std::string& duration) {
-  return R"([run]
-name = ")" + name + R"("
-dir = "runs"
-seed = 3
-[data]
-name = "synthetic"
-train_size = 128
-eval_size = 32
-batch_size = 32
-eval_batch_size = 16
-metrics = [{ name = "fd", classifier = "classifier.safetensors", classifier_config = "classifier.toml" }]
-[model]
-name = "denoiser"
-channels = 8
-timesteps = 100
-sample_steps = 4
-[optimizer]
-name = "adam"
-lr = 0.002
-[trainer]
-max_duration = ")" + duration + R"("
-eval_interval = "4ba"
-progress = false
-[checkpoint]
-save_interval = "4ba"
-[[plugins]]
-name = "ema"
-half_life = "4ba"
-eval = "both"
-[[plugins]]
-path = ")" + std::string(BATON_PLUGIN_FILE) + R"("
-grid = 8
-columns = 4
-)";
+  return diffusion_test::tiny_config(name, duration, BATON_PLUGIN_FILE);
 }
 
 // The fd that `baton eval` prints for a pass ("checkpoint <folder>: eval fd 3.4465 (32 samples)"), as printed.

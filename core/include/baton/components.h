@@ -1,7 +1,7 @@
 #pragma once
 // The components a run is built from, each kind found by name in its registry: model, dataset, optimizer,
-// scheduler, loss, metric. baton registers its built-ins; a plugin library registers more with BATON_COMPONENTS,
-// and a config then names them like the built-ins ([model] name = "my_resnet"). Each factory gets the keys of its
+// scheduler, loss, metric, logger. baton registers its built-ins; a plugin library registers more with
+// BATON_COMPONENTS, and a config then names them like the built-ins ([model] name = "my_resnet"). Each factory gets the keys of its
 // config table (all but `name`) as a PluginConfig: read them with get/get_or (types, choices and ranges are
 // checked there, errors name the file, line and key); a key the factory never reads is an error, as for plugins.
 //
@@ -19,6 +19,7 @@
 
 #include "baton/dataset.h"
 #include "baton/export.h"
+#include "baton/logger_destination.h"
 #include "baton/model.h"
 #include "baton/plugin.h"
 #include "baton/plugin_config.h"
@@ -107,6 +108,9 @@ struct BATON_API Components {
   Registry<SchedulerFactory> schedulers{"scheduler"};
   Registry<LossFactory> losses{"loss"};
   Registry<MetricFactory> metrics{"metric"};
+  /// Logger destinations ([[loggers]], docs/logging.md). Appended: only baton creates a Components, so a plugin
+  /// built before this member reads the others where they were.
+  Registry<LoggerFactory> loggers{"logger"};
 };
 
 /// The process's registries, with baton's built-ins in them.

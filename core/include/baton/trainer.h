@@ -95,7 +95,10 @@ struct TrainerOptions {
   int rank = 0;
   int world_size = 1;
   /// A data-parallel run's process group; when set, rank and world_size come from it. Null: a single process.
-  std::shared_ptr<Communicator> communicator;
+  std::shared_ptr<Communicator> communicator;  /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
+  /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
+  /// run that writes nothing opens none), closed at its end; other ranks never open them.
+  std::vector<std::shared_ptr<LoggerDestination>> loggers;
 };
 
 /// One evaluation: its time and metrics ("eval/loss", "eval/<metric>", and whatever plugins logged during it).

@@ -1,0 +1,193 @@
+// tensorboard: a logger destination writing the run's metrics and images as a TensorBoard event file under the run
+// folder (Composer's TensorboardLogger; docs/logging.md). Each metric is a scalar under its own name as the tag
+// ("train/loss", "eval/accuracy" for the EMA weights, "eval_raw/accuracy" for the raw ones) at its batch count as
+// the step; each image a plugin logs (baton::log_image: the diffusion sample grids) a PNG image summary.
+//
+// The file is a sequence of TFRecords, each an Event message (event.proto, protobuf): a little-endian uint64
+// length, the masked CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Every run, a resumed
+// one included, starts a new file, since TensorBoard reads all the files of a folder in name order as one history;
+// a resumed run's file begins with a SessionLog START at the first step it logs, which makes TensorBoard drop what
+// the interrupted run's files hold from that step on (the resumed run logs those steps again). At the checkpoint's
+// own step, which the START keeps, a resumed run writes only the tags the earlier files do not hold there.
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/crc.hpp>
+
+#include "baton/components.h"
+#include "baton/error.h"
+#include "baton/logger_destination.h"
+#include "append_file.h"
+#include "event.pb.h"
+#include "png_encode.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = baton_tensorboard;
+
+// CRC-32C (Castagnoli, as TFRecord uses): reflected, initial and final XOR all ones.
+using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
+
+// TFRecord stores each CRC "masked" (rotated and offset), so that a CRC of data that itself holds CRCs stays
+// well-distributed.
+std::uint32_t masked_crc(const void* data, std::size_t size) {
+  Crc32c crc;
+  crc.process_bytes(data, size);
+  const std::uint32_t value = crc.checksum();
+  return ((value >> 15) | (value << 17)) + 0xa282ead8u;
+}
+
+template <std::size_t N>
+void put_little_endian(std::string& out, std::uint64_t value) {
+  for (std::size_t i = 0; i < N; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class TensorboardLogger final : public baton::LoggerDestination {
+ public:
+  explicit TensorboardLogger(const baton::PluginConfig& config)
+      : folder_(config.get_or<std::string>("dir", "tb")), out_("tensorboard logger") {
+    if (folder_.empty() || fs::path(folder_).is_absolute() || folder_.find("..") != std::string::npos)
+      config.fail("dir", "expected a folder inside the run folder (relative, no \"..\"), got \"" + folder_ + "\"");
+  }
+
+  void open(const baton::LoggerContext& context) override {
+    const fs::path folder = fs::path(context.run_dir) / folder_;
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec) throw baton::Error("tensorboard logger: cannot create '" + folder.string() + "': " + ec.message());
+    // TensorBoard reads a folder's event files in name order: the seconds, then the nanoseconds (fixed width),
+    // put a resumed run's file after those of the run it continues, even within one second.
+    const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count();
+    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
+    std::array<char, 256> host{};
+    if (::gethostname(host.data(), host.size() - 1) != 0 || host[0] == '\0') std::strcpy(host.data(), "localhost");
+    char name[512];
+    std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%020lld.baton", static_cast<long long>(seconds),
+                  host.data(), static_cast<long long>(nanos));
+    out_.open((folder / name).string(), /*create_new=*/true);
+    pb::Event version;
+    version.set_wall_time(now_seconds());
+    version.set_file_version("brain.Event:2");
+    write(version);
+    resumed_at_.reset();
+    logged_at_resume_.clear();
+    if (context.resumed) {
+      resumed_at_ = context.start.batch;
+      logged_at_resume_ = tags_at_step(folder, context.start.batch);
+      // Steps up to the checkpoint's are the interrupted run's and stay; from the next one on, the resumed run's.
+      pb::Event start;
+      start.set_wall_time(now_seconds());
+      start.set_step(context.start.batch + 1);
+      start.mutable_session_log()->set_status(pb::SessionLog::START);
+      write(start);
+    }
+  }
+
+  void log_metrics(const baton::Timestamp& at, const std::vector<std::pair<std::string, double>>& values) override {
+    pb::Event event;
+    event.set_wall_time(now_seconds());
+    event.set_step(at.batch);
+    for (const auto& [name, value] : values) {
+      // At the checkpoint's own step the earlier files may hold the value already (the START record purges only
+      // the later steps): written once, so no tag has two values at a step.
+      if (resumed_at_ && at.batch == *resumed_at_ && !logged_at_resume_.insert(name).second) continue;
+      pb::Summary::Value* summary = event.mutable_summary()->add_value();
+      summary->set_tag(name);
+      summary->set_simple_value(static_cast<float>(value));  // TensorBoard's scalars are float32
+    }
+    if (event.summary().value_size() > 0) write(event);
+  }
+
+  void log_image(const baton::Timestamp& at, const std::string& name, const baton::Image& image) override {
+    pb::Event event;
+    event.set_wall_time(now_seconds());
+    event.set_step(at.batch);
+    pb::Summary::Value* summary = event.mutable_summary()->add_value();
+    summary->set_tag(name);
+    pb::Summary::Image* picture = summary->mutable_image();
+    picture->set_height(static_cast<std::int32_t>(image.height));
+    picture->set_width(static_cast<std::int32_t>(image.width));
+    picture->set_colorspace(static_cast<std::int32_t>(image.channels));
+    const std::vector<std::uint8_t> png = baton_plugins::encode_png(image, "tensorboard logger: image '" + name + "'");
+    picture->set_encoded_image_string(std::string(png.begin(), png.end()));
+    write(event);
+  }
+
+  // Records are written whole as they come (one write each, appended), so a reader sees complete records; no
+  // fsync (a crash loses at most the last records, as metrics.jsonl's lines).
+  void flush() override {}
+
+  void close() override { out_.close(); }
+
+ private:
+  void write(const pb::Event& event) {
+    std::string payload;
+    if (!event.SerializeToString(&payload)) out_.fail("cannot serialise an event");
+    std::string record;
+    record.reserve(payload.size() + 16);
+    put_little_endian<8>(record, payload.size());
+    put_little_endian<4>(record, masked_crc(record.data(), 8));
+    record += payload;
+    put_little_endian<4>(record, masked_crc(payload.data(), payload.size()));
+    out_.append(record);
+  }
+
+  // The scalar tags the event files already in `folder` hold at `step`. A record that does not read back (a file
+  // cut short by a crash) ends that file's reading: what it held before is what TensorBoard shows too.
+  std::set<std::string> tags_at_step(const fs::path& folder, std::int64_t step) const {
+    std::set<std::string> tags;
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      if (entry.path().filename().string().find("tfevents") == std::string::npos) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      std::string header(12, '\0');
+      while (in.read(header.data(), 12)) {
+        std::uint64_t length = 0;
+        for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(header[i]);
+        if (length > (std::uint64_t{1} << 31)) break;
+        std::string payload(length + 4, '\0');
+        if (!in.read(payload.data(), static_cast<std::streamsize>(payload.size()))) break;
+        payload.resize(length);
+        pb::Event event;
+        if (!event.ParseFromString(payload)) break;
+        if (event.step() != step || !event.has_summary()) continue;
+        for (const auto& value : event.summary().value())
+          if (value.value_case() == pb::Summary::Value::kSimpleValue) tags.insert(value.tag());
+      }
+    }
+    return tags;
+  }
+
+  std::string folder_;
+  baton_plugins::AppendFile out_;
+  std::optional<std::int64_t> resumed_at_;  // the checkpoint's step, in a resumed run
+  std::set<std::string> logged_at_resume_;  // the tags the event files hold at that step
+};
+
+void register_tensorboard(baton::Components& components) {
+  components.loggers.add("tensorboard",
+                         "scalars and images as a TensorBoard event file; key dir (default tb, in the run folder)",
+                         [](const baton::PluginConfig& config) { return std::make_shared<TensorboardLogger>(config); });
+}
+
+}  // namespace
+
+BATON_COMPONENTS("tensorboard", "1.0.0", "logger tensorboard: TensorBoard event files", register_tensorboard)
