@@ -36,6 +36,10 @@ mount_all() {
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # The certificates this machine trusts, beyond Debian's own where it has them (an HTTPS proxy's on the way to the
+  # Python package registry, say): the tensorboard test's pip then reaches the registry from the chroot as it does
+  # from the machine.
+  cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 }
 
 started=$SECONDS
