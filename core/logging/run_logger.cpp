@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baton/error.h"
+#include "sdk/exception_text.h"
 
 namespace baton {
 namespace {
@@ -50,7 +51,7 @@ void guarded(Call call) {
   } catch (const Error& e) {
     throw Error(e.what());
   } catch (const std::exception& e) {
-    throw Error(std::string("a logger failed: ") + e.what());
+    throw Error("a logger failed: " + detail::exception_text(e));  // LibTorch's errors without their backtrace
   } catch (...) {
     throw Error("a logger failed: it threw something that is not a std::exception");
   }
