@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,27 +27,51 @@ namespace {
 
 using logger_test::write;
 
-// The venv's python with tensorboard importable: made (python -m venv, pip install tensorboard) on first use and
-// kept in the build folder. A registry that cannot be reached fails the test, naming pip's reason.
-std::string tensorboard_python() {
+// How the event files are read: TensorBoard's own reader when the tensorboard package is importable from a venv
+// of the build folder (made with python -m venv and pip install on first use, kept there), otherwise read_events.py
+// --spec, its reader written from the formats alone, run by the system's python. pip failing (a registry that
+// cannot be reached, or a machine whose TLS interception the chroot does not trust) is reported with pip's reason;
+// BATON_TEST_REQUIRE_TENSORBOARD=1 makes it a failure instead.
+struct Reader {
+  std::string python;
+  std::string flag;  // "" or "--spec"
+};
+
+std::optional<std::string> tensorboard_python() {
+  static bool tried = false;  // pip is tried once per process
+  static std::optional<std::string> found;
+  if (tried) return found;
+  tried = true;
   const fs::path venv = TENSORBOARD_VENV;
   const std::string python = (venv / "bin" / "python").string();
   const fs::path scratch = scratch_dir("tensorboard_venv");
-  if (run_in(scratch, shell_quote(python) + " -c 'import tensorboard'").status == 0) return python;
+  if (run_in(scratch, shell_quote(python) + " -c 'import tensorboard'").status == 0) return found = python;
   fs::remove_all(venv);
   fs::create_directories(venv.parent_path());
   const auto made = run_in(scratch, shell_quote(BATON_PYTHON) + " -m venv " + shell_quote(venv.string()) + " && " +
                                         shell_quote((venv / "bin" / "pip").string()) + " install tensorboard");
-  if (made.status != 0)
-    FAIL("could not install the tensorboard package into " << venv << " (the reader this test checks the files "
-                                                             "with): " << made.err << made.out);
-  return python;
+  if (made.status == 0) return found = python;
+  const std::string why = made.err.substr(made.err.size() > 1500 ? made.err.size() - 1500 : 0);
+  const char* required = std::getenv("BATON_TEST_REQUIRE_TENSORBOARD");
+  if (required != nullptr && std::string(required) == "1")
+    FAIL("could not install the tensorboard package into " << venv << ": " << why << made.out);
+  MESSAGE("the tensorboard package could not be installed into " << venv << " (pip: " << why
+                                                                  << "); the event files are read by read_events.py "
+                                                                     "--spec, from the formats alone");
+  fs::remove_all(venv);
+  return found;
+}
+
+Reader reader() {
+  if (auto python = tensorboard_python()) return {*python, ""};
+  return {BATON_PYTHON, "--spec"};
 }
 
 // read_events.py's verdict on a run folder: its output, and whether it found everything.
-baton::test::CommandResult read_events(const fs::path& run, const std::vector<std::string>& image_tags) {
-  std::string command = shell_quote(tensorboard_python()) + " " + shell_quote(TENSORBOARD_CHECK_SCRIPT) + " " +
-                        shell_quote(run.string()) + " tb";
+baton::test::CommandResult read_events(const fs::path& run, const std::vector<std::string>& image_tags,
+                                       const Reader& with = reader()) {
+  std::string command = shell_quote(with.python) + " " + shell_quote(TENSORBOARD_CHECK_SCRIPT) + " " +
+                        (with.flag.empty() ? "" : with.flag + " ") + shell_quote(run.string()) + " tb";
   for (const auto& tag : image_tags) command += " " + shell_quote(tag);
   return run_in(run, command);
 }
@@ -89,6 +115,21 @@ TEST_CASE("tensorboard: every scalar at its step, EMA and raw evaluations apart,
   CHECK(whole.out.find("\"eval/accuracy\"") != std::string::npos);
   CHECK(whole.out.find("\"eval_raw/accuracy\"") != std::string::npos);
   CHECK(whole.out.find("\"train/loss\"") != std::string::npos);
+  // The spec reader finds the same (and, where TensorBoard's reader ran above, agrees with it) ...
+  const Reader spec{BATON_PYTHON, "--spec"};
+  const auto by_spec = read_events(dir / "runs" / "whole", {}, spec);
+  REQUIRE_MESSAGE(by_spec.status == 0, by_spec.err << by_spec.out);
+  CHECK(by_spec.out.substr(by_spec.out.find("\"scalars\"")) == whole.out.substr(whole.out.find("\"scalars\"")));
+  // ... and refuses a file with one byte changed in a record's data.
+  const fs::path copy = dir / "runs" / "flipped";
+  fs::create_directories(copy / "tb");
+  fs::copy_file(dir / "runs" / "whole" / "metrics.jsonl", copy / "metrics.jsonl");
+  std::string bytes = read_bytes(event_files(dir / "runs" / "whole" / "tb").at(0));
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x10);
+  std::ofstream(copy / "tb" / "events.out.tfevents.flipped", std::ios::binary) << bytes;
+  const auto flipped = read_events(copy, {}, spec);
+  CHECK(flipped.status != 0);
+  CHECK_MESSAGE(flipped.err.find("CRC") != std::string::npos, flipped.err);
 
   // Stopped after one epoch, resumed to two: two files, read as one history with no step twice, holding every
   // value of metrics.jsonl (whose lines after the checkpoint are the resumed run's).
