@@ -1,6 +1,6 @@
-// The `safetensors` dataset on files written by an independent writer (a few lines of Python and numpy that follow
-// the format's description, not baton's code), with every value a formula of its row and column, so the expected
-// batches are computed here without reading the file.
+// The `safetensors` dataset on files written by an independent writer (a few lines of Python's standard library
+// that follow the format's description, not baton's code), with every value a formula of its row and column, so the
+// expected batches are computed here without reading the file.
 #include "baton_test.h"
 
 #include <atomic>
@@ -37,44 +37,48 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // the same inputs and targets (rows 6 and 7 of the same formulas), and other.safetensors whose inputs have another
 // row shape. BF16 is float32's upper half, exact for these small whole numbers.
 const char* kWriter = R"(import json, struct, sys
-import numpy as np
+
+# A tensor is (dtype, shape, flat list of values); struct packs each dtype little-endian ("e" is IEEE half).
+FORMATS = {"F64": "d", "F32": "f", "F16": "e", "I64": "q", "I32": "i", "U8": "B", "BOOL": "?", "BF16": "H"}
 
 def save(path, tensors):
     header, blobs, offset = {}, [], 0
-    for name, (dtype, array) in tensors.items():
-        data = array.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+    for name, (dtype, shape, values) in tensors.items():
+        data = struct.pack("<%d%s" % (len(values), FORMATS[dtype]), *values)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
-    header["__metadata__"] = {"written_by": "numpy"}
+    header["__metadata__"] = {"written_by": "python struct"}
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
-def tensors(rows):
-    r = np.arange(rows[0], rows[1], dtype=np.float64)
-    grid = lambda cols: r[:, None] * 0 + np.arange(cols)
-    bf16 = (r[:, None] * 2 + np.arange(2)).astype(np.float32).view(np.uint32) >> 16
+def bf16(x):  # bfloat16 is float32's upper half
+    return struct.unpack("<I", struct.pack("<f", x))[0] >> 16
+
+def tensors(first, end):
+    rows = list(range(first, end))
+    n = len(rows)
     return {
-        "y": ("I64", np.array([2, 0, 1, 2, 1, 0, 1, 2], np.int64)[rows[0]:rows[1]]),
-        "x32": ("F32", (r[:, None] * 100 + grid(6)).astype(np.float32).reshape(-1, 2, 3)),
-        "x16": ("F16", (r[:, None] * 10 + grid(4)).astype(np.float16)),
-        "xbf": ("BF16", bf16.astype(np.uint16)),
-        "x64": ("F64", r + 0.5),
-        "xu8": ("U8", (r[:, None] * 3 + grid(3)).astype(np.uint8)),
-        "xb": ("BOOL", (r % 2 == 1)[:, None]),
-        "yu8": ("U8", np.array([0, 1, 1, 0, 1, 3, 3, 0], np.uint8)[rows[0]:rows[1]]),
-        "yf": ("F32", np.stack([r, -r], 1).astype(np.float32)),
-        "yf16": ("F16", (r * 0.25).astype(np.float16)),
-        "yneg": ("I32", np.array([0, 1, -1, 0, 0, 0, 0, 0], np.int32)[rows[0]:rows[1]]),
-        "short": ("F32", np.zeros((rows[1] - rows[0] - 1, 2), np.float32)),
+        "y": ("I64", [n], [2, 0, 1, 2, 1, 0, 1, 2][first:end]),
+        "x32": ("F32", [n, 2, 3], [r * 100 + c for r in rows for c in range(6)]),
+        "x16": ("F16", [n, 4], [r * 10 + c for r in rows for c in range(4)]),
+        "xbf": ("BF16", [n, 2], [bf16(r * 2 + c) for r in rows for c in range(2)]),
+        "x64": ("F64", [n], [r + 0.5 for r in rows]),
+        "xu8": ("U8", [n, 3], [r * 3 + c for r in rows for c in range(3)]),
+        "xb": ("BOOL", [n, 1], [r % 2 == 1 for r in rows]),
+        "yu8": ("U8", [n], [0, 1, 1, 0, 1, 3, 3, 0][first:end]),
+        "yf": ("F32", [n, 2], [v for r in rows for v in (float(r), -float(r))]),
+        "yf16": ("F16", [n], [r * 0.25 for r in rows]),
+        "yneg": ("I32", [n], [0, 1, -1, 0, 0, 0, 0, 0][first:end]),
+        "short": ("F32", [n - 1, 2], [0.0] * (2 * (n - 1))),
     }
 
 d = sys.argv[1]
-save(d + "/data.safetensors", tensors((0, 6)))
-save(d + "/eval.safetensors", tensors((6, 8)))
-save(d + "/other.safetensors", {"x32": ("F32", np.zeros((2, 5), np.float32)), "y": ("I64", np.zeros(2, np.int64))})
+save(d + "/data.safetensors", tensors(0, 6))
+save(d + "/eval.safetensors", tensors(6, 8))
+save(d + "/other.safetensors", {"x32": ("F32", [2, 5], [0.0] * 10), "y": ("I64", [2], [0, 0])})
 )";
 
 fs::path write_files(const std::string& test) {
