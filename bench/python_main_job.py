@@ -83,6 +83,8 @@ def main():
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--ema-start-epoch", type=int, default=4, help="epochs completed before the average starts")
+    p.add_argument("--half-life", type=int, default=350, help="the EMA's half life in batches")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="cross entropy's label smoothing")
     p.add_argument("--out", default="runs/python_main_job", help="checkpoint folder")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0: one per core, as baton")
     args = p.parse_args()
@@ -98,7 +100,7 @@ def main():
     model = ConvNet().to(memory_format=torch.channels_last)
     ema = copy.deepcopy(model)
     ema_started = False
-    smoothing = 0.5 ** (1 / 350)
+    smoothing = 0.5 ** (1 / args.half_life)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda b: lr_factor(b, total))
     generator = torch.Generator().manual_seed(42)
@@ -112,7 +114,7 @@ def main():
             x = train_x[idx].contiguous(memory_format=torch.channels_last)
             y = train_y[idx]
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.cross_entropy(model(x), y)
+                loss = F.cross_entropy(model(x), y, label_smoothing=args.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
