@@ -9,7 +9,7 @@
 namespace baton::cli {
 namespace {
 
-// The spin count baton sets: 10000 spins (microseconds) before an idle thread sleeps. bench/bench_contention.sh
+// The spin count baton sets: 10000 spin iterations before an idle thread sleeps. bench/bench_contention.sh
 // on 2 cores, 2 threads: alone it trains as fast as libgomp's 300000 (19.2 batches/s each, three alternating runs),
 // where OMP_WAIT_POLICY=PASSIVE (0 spins) lost 16 % (16.0); beside a CPU burner it keeps 8.0 batches/s as PASSIVE
 // does, where libgomp's default fell to 4.2.
