@@ -6,17 +6,24 @@
 #   PYTHON               the interpreter whose torch to use (default: python3 on PATH)
 #   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
 #   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
+#   BATON_CHECK_PARTS    the parts to run (default: all, in this order: "amp_bf16 amp_fp16 nccl bench_ema tests")
+#   BATON_JOBS           build jobs (default: one per core); the test suite runs half as many at once
 # Prints one RESULT line per part, and ends `gpu-check: N passed, M failed`; exit 1 if a part failed:
-#   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
+#   build     what the GPU parts need first (the CLI, the ema plugin, two test programs), the rest before the tests
 #   amp_bf16, amp_fp16   a short convnet run with the EMA plugin under each precision on the device
 #   nccl      a one-rank NCCL process group reducing a CUDA tensor
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
+#   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
+# The GPU parts come before the whole build and the test suite, so that a machine lent for minutes reports them
+# first; a second run reuses the build folder and goes on where the first stopped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source_dir=$PWD
 bundle=$(realpath -m "${1:-build-bundle/baton-offline-deps.tar.xz}")
 dir=$(realpath -m "${BATON_CHECK_DIR:-build-gpu}")
 python=$(command -v "${PYTHON:-python3}" || true)
+parts=${BATON_CHECK_PARTS:-amp_bf16 amp_fp16 nccl bench_ema tests}
+jobs=${BATON_JOBS:-$(nproc)}
 passed=0
 failed=0
 
@@ -60,50 +67,39 @@ if [[ ! -f $deps/BUNDLE.txt || $bundle -nt $deps/BUNDLE.txt ]]; then
 fi
 say "dependencies from $(head -1 "$deps/BUNDLE.txt")"
 
-# --- build ---
+# --- build: first what the GPU parts need, the rest before the test suite ---
 started=$SECONDS
 build=$dir/build
-if ! cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
+generator=()
+command -v ninja >/dev/null && [[ ! -f $build/Makefile ]] && generator=(-G Ninja)
+if ! cmake -S "$source_dir" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
      -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
      -DPython3_EXECUTABLE="$python" -DBATON_NCCL=ON > "$dir/configure.log" 2>&1; then
   tail -30 "$dir/configure.log"
   die "configure failed (log: $dir/configure.log)"
 fi
-if ! cmake --build "$build" -j"${BATON_JOBS:-$(nproc)}" > "$dir/build.log" 2>&1; then
-  grep -m20 -B2 -A6 'error' "$dir/build.log"
-  die "build failed (log: $dir/build.log)"
-fi
-result build ok "seconds=$((SECONDS - started)) torch=$torch_version cuda=$torch_cuda"
+build_targets() {  # build_targets <log> [targets...]: all targets when none are named
+  local log=$1; shift
+  local targets=()
+  (($# == 0)) || targets=(--target "$@")
+  if ! cmake --build "$build" -j"$jobs" "${targets[@]}" >> "$log" 2>&1; then
+    grep -m20 -B2 -A6 'error' "$log"
+    die "build failed (log: $log)"
+  fi
+}
+say "building what the GPU parts need with $jobs jobs (log: $dir/build.log)"
+build_targets "$dir/build.log" baton_cli ema bench_ema distributed_tests
+result build ok "part=cli,ema,bench_ema,distributed_tests seconds=$((SECONDS - started)) torch=$torch_version cuda=$torch_cuda"
 baton=$build/bin/baton
 export PATH=$(dirname "$python"):$PATH  # this PyTorch's torchrun for the distributed tests
 
-# --- the test suite ---
-# A few test cases compare with Debian's reference tools (its dataset packages, scikit-learn's data files, numpy and
-# scipy in /usr/bin/python3). A machine without them skips those cases (BATON_TEST_WITHOUT_DEBIAN=1), and says so.
-without_debian=0
-if [[ ! -d /usr/share/datasets/fashion-mnist || ! -d /usr/lib/python3/dist-packages/sklearn/datasets/data ]] ||
-  ! /usr/bin/python3 -c 'import numpy, scipy' 2>/dev/null; then
-  without_debian=1
-  say "Debian's datasets, scikit-learn data or numpy/scipy are missing: the test cases comparing with them are skipped"
-fi
-started=$SECONDS
-BATON_TEST_WITHOUT_DEBIAN=$without_debian BATON_TEST_DEVICE=$device ctest --test-dir "$build" --output-on-failure --timeout 900 > "$dir/ctest.log" 2>&1
-status=$?
-summary=$(grep -E 'tests passed|tests failed' "$dir/ctest.log" | tail -1)
-if ((status == 0)); then
-  result tests ok "device=$device seconds=$((SECONDS - started)) without_debian=$without_debian $summary"
-else
-  grep -A30 'The following tests FAILED' "$dir/ctest.log"
-  result tests fail "device=$device $summary (log: $dir/ctest.log)"
-fi
-
-# --- a short convnet run with the EMA under each mixed precision ---
-for precision in amp_bf16 amp_fp16; do
+# --- a short convnet run with the EMA under a mixed precision ---
+check_amp() {  # check_amp <precision>
+  local precision=$1 run=$dir/convnet-$1 started=$SECONDS metrics
   if [[ $precision == amp_fp16 && $device != cuda* ]]; then
     result "$precision" skipped "amp_fp16 needs a CUDA device"
-    continue
+    return
   fi
-  run=$dir/convnet-$precision
   rm -rf "$run" && mkdir -p "$run"
   cat > "$run/run.toml" <<EOF
 [run]
@@ -134,7 +130,6 @@ name = "ema"
 half_life = "16ba"
 eval = "both"
 EOF
-  started=$SECONDS
   if (cd "$run" && "$baton" train run.toml) > "$run/train.log" 2>&1; then
     metrics=$("$python" - "$run" <<'EOF'
 import json, pathlib, sys
@@ -150,10 +145,15 @@ EOF
     tail -15 "$run/train.log"
     result "$precision" fail "device=$device (log: $run/train.log)"
   fi
-done
+}
 
 # --- a one-rank NCCL process group ---
-if [[ $device == cuda* ]]; then
+check_nccl() {
+  local out
+  if [[ $device != cuda* ]]; then
+    result nccl skipped "no CUDA device"
+    return
+  fi
   out=$("$build/bin/distributed_tests" --no-intro=true -tc='a one-rank NCCL group*' -s 2>&1)
   if [[ $? -eq 0 && $out == *"allreduce and broadcast done"* ]]; then
     result nccl ok "one rank on cuda:0: allreduce and broadcast"
@@ -161,19 +161,55 @@ if [[ $device == cuda* ]]; then
     echo "$out" | tail -20
     result nccl fail "one-rank NCCL group"
   fi
-else
-  result nccl skipped "no CUDA device"
-fi
+}
 
 # --- EMA update bandwidth ---
-out=$("$build/bin/bench_ema" --device "$device" 2>&1)
-status=$?
-echo "$out" | grep -v '^RESULT'
-line=$(echo "$out" | grep '^RESULT' | tail -1)
-if ((status == 0)) && [[ -n $line ]]; then
-  result bench_ema ok "${line#RESULT }"
-else
-  result bench_ema fail "exit $status"
-fi
+check_bench_ema() {
+  local out status line
+  out=$("$build/bin/bench_ema" --device "$device" 2>&1)
+  status=$?
+  echo "$out" | grep -v '^RESULT'
+  line=$(echo "$out" | grep '^RESULT' | tail -1)
+  if ((status == 0)) && [[ -n $line ]]; then
+    result bench_ema ok "${line#RESULT }"
+  else
+    result bench_ema fail "exit $status"
+  fi
+}
 
+# --- the test suite ---
+# A few test cases compare with Debian's reference tools (its dataset packages, scikit-learn's data files, numpy and
+# scipy in /usr/bin/python3). A machine without them skips those cases (BATON_TEST_WITHOUT_DEBIAN=1), and says so.
+check_tests() {
+  local without_debian=0 started status summary test_jobs=$(((jobs + 1) / 2))
+  if [[ ! -d /usr/share/datasets/fashion-mnist || ! -d /usr/lib/python3/dist-packages/sklearn/datasets/data ]] ||
+    ! /usr/bin/python3 -c 'import numpy, scipy' 2>/dev/null; then
+    without_debian=1
+    say "Debian's datasets, scikit-learn data or numpy/scipy are missing: the test cases comparing with them are skipped"
+  fi
+  started=$SECONDS
+  say "building the rest (log: $dir/build.log)"
+  build_targets "$dir/build.log"
+  result build ok "part=all seconds=$((SECONDS - started))"
+  started=$SECONDS
+  BATON_TEST_WITHOUT_DEBIAN=$without_debian BATON_TEST_DEVICE=$device ctest --test-dir "$build" -j"$test_jobs" --output-on-failure --timeout 900 > "$dir/ctest.log" 2>&1
+  status=$?
+  summary=$(grep -E 'tests passed|tests failed' "$dir/ctest.log" | tail -1)
+  if ((status == 0)); then
+    result tests ok "device=$device jobs=$test_jobs seconds=$((SECONDS - started)) without_debian=$without_debian $summary"
+  else
+    grep -A30 'The following tests FAILED' "$dir/ctest.log"
+    result tests fail "device=$device $summary (log: $dir/ctest.log)"
+  fi
+}
+
+for part in $parts; do
+  case $part in
+    amp_bf16 | amp_fp16) check_amp "$part" ;;
+    nccl) check_nccl ;;
+    bench_ema) check_bench_ema ;;
+    tests) check_tests ;;
+    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl bench_ema tests)" ;;
+  esac
+done
 finish
