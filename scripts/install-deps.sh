@@ -4,8 +4,8 @@
 # data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit); time
 # (GNU time) measures the peak memory of the safetensors dataset's memory test; libpng-dev writes the diffusion
 # example's sample grids, and python3-numpy/python3-scipy compute the reference Frechet distance its test checks;
-# libprotobuf-dev and protobuf-compiler serialise the tensorboard logger's event records (Boost.CRC, in
-# libboost-dev, checksums them), and python3-venv holds the venv its test installs TensorBoard's reader into.
+# Boost.CRC (in libboost-dev) checksums the tensorboard logger's event records, and python3-venv holds the venv its
+# test installs TensorBoard's reader into.
 set -euo pipefail
 
 packages=(
@@ -15,7 +15,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-torch python3-sklearn time
   libpng-dev python3-numpy python3-scipy
-  libprotobuf-dev protobuf-compiler python3-venv
+  python3-venv
 )
 
 missing=()

@@ -46,6 +46,14 @@ chmod 755 "$work"; chmod 777 "$work/debs"  # apt downloads as its own unprivileg
   { echo "make-offline-bundle: apt-get download failed for: ${packages[*]}" >&2; exit 1; }
 for deb in "$work"/debs/*.deb; do dpkg-deb -x "$deb" "$work/root"; done
 rm -rf "$work/root/usr/share/doc" "$work/root/usr/share/man" "$work/root/usr/share/lintian"
+# A link that names an absolute path (zlib's libz.so -> /lib/<multiarch>/libz.so.1.2.13) would point, unpacked
+# elsewhere, at the other machine's file or at nothing, and then CMake settles for the static libz.a, which a
+# shared library cannot link: each such link points within the bundle instead, relative to where it lies.
+while IFS= read -r link; do
+  target=$(readlink "$link")
+  [[ -e $work/root$target ]] || { echo "make-offline-bundle: $link points outside the bundle ($target)" >&2; exit 1; }
+  ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$work/root$target")" "$link"
+done < <(find "$work/root" -type l -lname '/*')
 {
   echo "baton's offline build dependencies: $(. /etc/os-release && echo "$PRETTY_NAME"), $(dpkg --print-architecture)"
   echo "made by scripts/make-offline-bundle.sh; unpack anywhere and use <dir>/usr as a CMake prefix"

@@ -3,8 +3,8 @@
 // ("train/loss", "eval/accuracy" for the EMA weights, "eval_raw/accuracy" for the raw ones) at its batch count as
 // the step; each image a plugin logs (baton::log_image: the diffusion sample grids) a PNG image summary.
 //
-// The file is a sequence of TFRecords, each an Event message (event.proto, protobuf): a little-endian uint64
-// length, the masked CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Every run, a resumed
+// The file is a sequence of TFRecords, each an Event message (event_records.h): a little-endian uint64 length,
+// the masked CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Every run, a resumed
 // one included, starts a new file, since TensorBoard reads all the files of a folder in name order as one history;
 // a resumed run's file begins with a SessionLog START at the first step it logs, which makes TensorBoard drop what
 // the interrupted run's files hold from that step on (the resumed run logs those steps again). At the checkpoint's
@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -25,36 +24,17 @@
 #include <utility>
 #include <vector>
 
-#include <boost/crc.hpp>
-
 #include "baton/components.h"
 #include "baton/error.h"
 #include "baton/logger_destination.h"
 #include "append_file.h"
-#include "event.pb.h"
+#include "event_records.h"
 #include "png_encode.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace pb = baton_tensorboard;
-
-// CRC-32C (Castagnoli, as TFRecord uses): reflected, initial and final XOR all ones.
-using Crc32c = boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true>;
-
-// TFRecord stores each CRC "masked" (rotated and offset), so that a CRC of data that itself holds CRCs stays
-// well-distributed.
-std::uint32_t masked_crc(const void* data, std::size_t size) {
-  Crc32c crc;
-  crc.process_bytes(data, size);
-  const std::uint32_t value = crc.checksum();
-  return ((value >> 15) | (value << 17)) + 0xa282ead8u;
-}
-
-template <std::size_t N>
-void put_little_endian(std::string& out, std::uint64_t value) {
-  for (std::size_t i = 0; i < N; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xffu));
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -84,52 +64,36 @@ class TensorboardLogger final : public baton::LoggerDestination {
     std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%020lld.baton", static_cast<long long>(seconds),
                   host.data(), static_cast<long long>(nanos));
     out_.open((folder / name).string(), /*create_new=*/true);
-    pb::Event version;
-    version.set_wall_time(now_seconds());
-    version.set_file_version("brain.Event:2");
-    write(version);
+    write(pb::file_version_event(now_seconds(), "brain.Event:2"));
     resumed_at_.reset();
     logged_at_resume_.clear();
     if (context.resumed) {
       resumed_at_ = context.start.batch;
       logged_at_resume_ = tags_at_step(folder, context.start.batch);
       // Steps up to the checkpoint's are the interrupted run's and stay; from the next one on, the resumed run's.
-      pb::Event start;
-      start.set_wall_time(now_seconds());
-      start.set_step(context.start.batch + 1);
-      start.mutable_session_log()->set_status(pb::SessionLog::START);
-      write(start);
+      write(pb::session_start_event(now_seconds(), context.start.batch + 1));
     }
   }
 
   void log_metrics(const baton::Timestamp& at, const std::vector<std::pair<std::string, double>>& values) override {
-    pb::Event event;
-    event.set_wall_time(now_seconds());
-    event.set_step(at.batch);
+    std::vector<std::pair<std::string, float>> scalars;
     for (const auto& [name, value] : values) {
       // At the checkpoint's own step the earlier files may hold the value already (the START record purges only
       // the later steps): written once, so no tag has two values at a step.
       if (resumed_at_ && at.batch == *resumed_at_ && !logged_at_resume_.insert(name).second) continue;
-      pb::Summary::Value* summary = event.mutable_summary()->add_value();
-      summary->set_tag(name);
-      summary->set_simple_value(static_cast<float>(value));  // TensorBoard's scalars are float32
+      scalars.emplace_back(name, static_cast<float>(value));  // TensorBoard's scalars are float32
     }
-    if (event.summary().value_size() > 0) write(event);
+    if (!scalars.empty()) write(pb::scalars_event(now_seconds(), at.batch, scalars));
   }
 
   void log_image(const baton::Timestamp& at, const std::string& name, const baton::Image& image) override {
-    pb::Event event;
-    event.set_wall_time(now_seconds());
-    event.set_step(at.batch);
-    pb::Summary::Value* summary = event.mutable_summary()->add_value();
-    summary->set_tag(name);
-    pb::Summary::Image* picture = summary->mutable_image();
-    picture->set_height(static_cast<std::int32_t>(image.height));
-    picture->set_width(static_cast<std::int32_t>(image.width));
-    picture->set_colorspace(static_cast<std::int32_t>(image.channels));
     const std::vector<std::uint8_t> png = baton_plugins::encode_png(image, "tensorboard logger: image '" + name + "'");
-    picture->set_encoded_image_string(std::string(png.begin(), png.end()));
-    write(event);
+    pb::ImageSummary picture;
+    picture.height = static_cast<std::int32_t>(image.height);
+    picture.width = static_cast<std::int32_t>(image.width);
+    picture.colorspace = static_cast<std::int32_t>(image.channels);
+    picture.png.assign(png.begin(), png.end());
+    write(pb::image_event(now_seconds(), at.batch, name, picture));
   }
 
   // Records are written whole as they come (one write each, appended), so a reader sees complete records; no
@@ -139,17 +103,7 @@ class TensorboardLogger final : public baton::LoggerDestination {
   void close() override { out_.close(); }
 
  private:
-  void write(const pb::Event& event) {
-    std::string payload;
-    if (!event.SerializeToString(&payload)) out_.fail("cannot serialise an event");
-    std::string record;
-    record.reserve(payload.size() + 16);
-    put_little_endian<8>(record, payload.size());
-    put_little_endian<4>(record, masked_crc(record.data(), 8));
-    record += payload;
-    put_little_endian<4>(record, masked_crc(payload.data(), payload.size()));
-    out_.append(record);
-  }
+  void write(const std::string& event) { out_.append(pb::tfrecord(event)); }
 
   // The scalar tags the event files already in `folder` hold at `step`. A record that does not read back (a file
   // cut short by a crash) ends that file's reading: what it held before is what TensorBoard shows too.
@@ -166,11 +120,9 @@ class TensorboardLogger final : public baton::LoggerDestination {
         std::string payload(length + 4, '\0');
         if (!in.read(payload.data(), static_cast<std::streamsize>(payload.size()))) break;
         payload.resize(length);
-        pb::Event event;
-        if (!event.ParseFromString(payload)) break;
-        if (event.step() != step || !event.has_summary()) continue;
-        for (const auto& value : event.summary().value())
-          if (value.value_case() == pb::Summary::Value::kSimpleValue) tags.insert(value.tag());
+        const std::optional<pb::ScalarTags> event = pb::read_scalar_tags(payload);
+        if (!event) break;
+        if (event->step == step) tags.insert(event->tags.begin(), event->tags.end());
       }
     }
     return tags;
