@@ -24,6 +24,16 @@ macro(baton_find_torch how)
   unset(_baton_saved_prefix_path)
   unset(_baton_torch_prefix)
 
+  # PyTorch 2.11's libtorch.so (the wheel's) exports its own copies of std::filesystem's functions, compiled with
+  # weak references that stay unresolved: a program whose libtorch.so comes before libstdc++.so in its list of
+  # needed libraries gets std::filesystem::remove_all from libtorch and crashes on it (a jump to address 0; seen on
+  # a GPU machine and here). libstdc++ named first, before any object file, makes the loader find the real ones.
+  # On `torch` itself, so every target that links LibTorch gets it, users' programs through batonConfig.cmake too.
+  if(TARGET torch AND CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS
+                 "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+  endif()
+
   # PyTorch's wheel keeps the CUDA libraries its LibTorch was built with (cuDNN, NCCL, the CUDA runtime) in the
   # nvidia-* packages beside torch/ (site-packages/nvidia/*/lib). LibTorch's CMake configuration links the CUDA
   # toolkit's copies instead, so the folders of the toolkit (which may hold an older libnccl.so.2, without the

@@ -2,9 +2,10 @@
 # One command for a machine with a GPU, PyTorch (and so its LibTorch), nvcc and CMake, that reaches no package
 # registry: builds baton against that PyTorch's LibTorch with CUDA and the NCCL backend, then checks it there.
 #   scripts/gpu-check.sh [bundle]     bundle: scripts/make-offline-bundle.sh's archive (default
-#                                     build-bundle/baton-offline-deps.tar.xz), unpacked into <dir>/deps
+#                                     build-bundle/baton-offline-deps.tar.xz), unpacked into BATON_CHECK_DEPS
 #   PYTHON               the interpreter whose torch to use (default: python3 on PATH)
 #   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
+#   BATON_CHECK_DEPS     where the bundle is unpacked (default ~/.cache/baton/gpu-check-deps; outside the checkout)
 #   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
 #   BATON_CHECK_PARTS    the parts to run (default: all, in this order: "amp_bf16 amp_fp16 nccl bench_ema tests")
 #   BATON_JOBS           build jobs (default: one per core); the test suite runs half as many at once
@@ -55,7 +56,9 @@ fi
 command -v nvcc >/dev/null || die "no nvcc on PATH or in /usr/local/cuda*/bin"
 
 # --- the bundle, in a private prefix (again when the bundle changes) ---
-deps=$dir/deps
+# Outside the checkout and the build folder: CMake leaves a library folder inside the project out of an installed
+# baton's RPATH, and the installed baton (the sdk_install test) must find toml++ and Boost there.
+deps=$(realpath -m "${BATON_CHECK_DEPS:-${XDG_CACHE_HOME:-$HOME/.cache}/baton/gpu-check-deps}")
 mkdir -p "$dir"
 if [[ ! -f $deps/BUNDLE.txt || $bundle -nt $deps/BUNDLE.txt ]]; then
   rm -rf "$deps" && mkdir -p "$deps"
