@@ -9,7 +9,9 @@ channels-last weights and batches, an EMA of the weights and BatchNorm buffers (
 batch, started at the first batch of epoch 5), both weight sets evaluated after each epoch, and a checkpoint (model,
 optimizer, EMA) written after each epoch, keeping the last three, as baton's run does.
 
-Prints one line per epoch and, last, `RESULT train_s=<seconds> ema_accuracy=<a> raw_accuracy=<a>`.
+Prints one line per epoch and, last, `RESULT train_s=<seconds> ema_accuracy=<a> raw_accuracy=<a>`. With
+--steps-only, the training steps alone (no EMA, evaluation or checkpoints), the floor that baton's run and this one
+share: `RESULT steps_s=<seconds> train_loss=<l>`.
 """
 import argparse
 import copy
@@ -87,6 +89,8 @@ def main():
     p.add_argument("--label-smoothing", type=float, default=0.0, help="cross entropy's label smoothing")
     p.add_argument("--out", default="runs/python_main_job", help="checkpoint folder")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0: one per core, as baton")
+    p.add_argument("--steps-only", action="store_true",
+                   help="the training steps alone (no EMA, evaluation or checkpoints): the floor both jobs share")
     args = p.parse_args()
 
     torch.manual_seed(42)
@@ -119,7 +123,7 @@ def main():
             loss.backward()
             optimizer.step()
             scheduler.step()
-            if epoch >= args.ema_start_epoch:
+            if epoch >= args.ema_start_epoch and not args.steps_only:
                 with torch.no_grad():
                     ema_state, state = ema.state_dict(), model.state_dict()
                     if not ema_started:
@@ -132,6 +136,10 @@ def main():
                                 ema_state[k].lerp_(v, 1 - smoothing)
                             else:
                                 ema_state[k].copy_(v)
+        if args.steps_only:
+            print(f"epoch {epoch + 1}/{args.epochs}: train/loss {loss.item():.4f} "
+                  f"({time.perf_counter() - start:.1f} s)", flush=True)
+            continue
         ema_loss, ema_acc = evaluate(ema if ema_started else model, test_x, test_y, eval_batch_size, True)
         raw_loss, raw_acc = evaluate(model, test_x, test_y, eval_batch_size, True)
         print(f"epoch {epoch + 1}/{args.epochs}: train/loss {loss.item():.4f} eval/accuracy {ema_acc:.4f} "
@@ -144,6 +152,9 @@ def main():
         if os.path.exists(stale):
             os.remove(stale)
     train_s = time.perf_counter() - start
+    if args.steps_only:
+        print(f"RESULT steps_s={train_s:.2f} train_loss={loss.item():.4f}")
+        return
     print(f"RESULT train_s={train_s:.2f} ema_accuracy={ema_acc:.4f} raw_accuracy={raw_acc:.4f}")
 
 
