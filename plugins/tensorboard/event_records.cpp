@@ -61,8 +61,8 @@ std::string event_head(double wall_time, std::int64_t step) {
   return event;
 }
 
-// Reads one field of a message: its number and wire type, and for a length-delimited field its bytes (a varint's
-// value in `number`). False at the end of the message or on bytes that are not a field.
+// One field of a message: its number and wire type, a varint's value, a length-delimited field's bytes (fixed-width
+// fields are skipped: these messages need none of their values back).
 struct Field {
   int number = 0, wire_type = 0;
   std::uint64_t value = 0;
@@ -74,6 +74,7 @@ class Reader {
   explicit Reader(const std::string& message) : data_(message) {}
   bool at_end() const { return pos_ == data_.size(); }
 
+  // Reads the next field; false on bytes that are not one (a key of field 0, a cut varint, a length past the end).
   bool next(Field& field) {
     std::uint64_t key = 0;
     if (!varint(key) || (key >> 3) == 0 || (key >> 3) > (1u << 29)) return false;
