@@ -76,6 +76,10 @@ void Engine::fire(Event event) {
           return "plugin '" + id + "' failed in match() on event " + std::string(event_name(event));
         }))
       continue;
+    if (entries_[s.entry].internal) {
+      s.handler(state_, logger_);
+      continue;
+    }
     if (trace_) trace_(id + "/" + std::string(event_name(event)));
     call_plugin([&] { s.handler(state_, logger_); },
                 [&] { return "plugin '" + id + "' failed on event " + std::string(event_name(event)); });

@@ -40,6 +40,9 @@ struct EngineEntry {
   std::string id;
   Algorithm* algorithm = nullptr;
   Callback* callback = nullptr;
+  /// The trainer's own reporting run as a callback (its progress and train/loss): not a plugin, so its calls are
+  /// neither traced nor guarded, and its errors reach the user as they are (a metrics file that cannot be written).
+  bool internal = false;
 };
 
 class Engine {

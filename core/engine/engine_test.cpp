@@ -148,6 +148,37 @@ TEST_SUITE("engine") {
     CHECK(trace == std::vector<std::string>{"ema/batch_end", "printer/batch_end"});
   }
 
+  TEST_CASE("an internal entry runs in order but is not traced, and its error reaches the caller as it is") {
+    struct Failing : baton::Callback {
+      void batch_end(baton::State&, baton::Logger&) override { throw baton::Error("metrics file 'm': write failed"); }
+    };
+    Fixture f;
+    auto* log = new JournalCallback("log", f.journal);
+    f.owned.emplace_back(log);
+    baton::detail::CallbackOverrides::record(*log);
+    f.engine.add(baton::EngineEntry{"log", nullptr, log, /*internal=*/true});
+    f.callback("printer");
+    std::vector<std::string> trace;
+    f.engine.set_trace([&](const std::string& line) { trace.push_back(line); });
+    f.engine.fire(Event::batch_end);
+    CHECK(f.journal == std::vector<std::string>{"log:batch_end", "printer:batch_end"});
+    CHECK(trace == std::vector<std::string>{"printer/batch_end"});
+
+    Fixture g;
+    auto* failing = new Failing;
+    g.owned.emplace_back(failing);
+    baton::detail::CallbackOverrides::record(*failing);
+    g.engine.add(baton::EngineEntry{"failing", nullptr, failing, /*internal=*/true});
+    try {
+      g.engine.fire(Event::batch_end);
+      FAIL("the internal entry's error did not propagate");
+    } catch (const baton::PluginError&) {
+      FAIL("an internal entry's error was wrapped as a plugin's");
+    } catch (const baton::Error& e) {
+      CHECK(std::string(e.what()) == "metrics file 'm': write failed");
+    }
+  }
+
   TEST_CASE("a callback of a known class gets the events it overrides; through a base pointer, every event") {
     Fixture f;
     f.callback("typed");

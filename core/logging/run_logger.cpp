@@ -87,11 +87,7 @@ bool same_line_time(const Timestamp& a, const Timestamp& b) {
 Timestamp line_time(const State& state) {
   Timestamp at = state.timestamp();
   const std::int64_t per_epoch = state.progress.batches_per_epoch;
-  if (per_epoch > 0 && at.batch_in_epoch == per_epoch) {
-    at.epoch += 1;
-    at.batch_in_epoch = 0;
-    at.sample_in_epoch = 0;
-  }
+  if (per_epoch > 0 && at.batch_in_epoch == per_epoch) at.advance_epoch();
   return at;
 }
 

@@ -164,6 +164,20 @@ std::int64_t Timestamp::get(TimeUnit unit) const {
   throw TimeError("dur is a fraction of the run, not a counter: use Progress::fraction()");
 }
 
+void Timestamp::advance_batch(std::int64_t samples) {
+  batch += 1;
+  batch_in_epoch += 1;
+  sample += samples;
+  sample_in_epoch += samples;
+}
+
+void Timestamp::advance_epoch() {
+  epoch += 1;
+  iteration += 1;
+  batch_in_epoch = 0;
+  sample_in_epoch = 0;
+}
+
 double Progress::fraction() const {
   if (max_duration.unit() == TimeUnit::duration)
     throw TimeError("max_duration " + quoted(max_duration.str()) + " cannot be a fraction of itself");

@@ -122,6 +122,28 @@ TEST_SUITE("time") {
     CHECK_THROWS_AS(t.get(TimeUnit::duration), TimeError);
   }
 
+  TEST_CASE("advance_batch counts a batch and its samples, advance_epoch restarts the epoch's counters") {
+    Timestamp t;
+    t.advance_batch(64);
+    t.advance_batch(36);  // a short last batch
+    CHECK(t.batch == 2);
+    CHECK(t.batch_in_epoch == 2);
+    CHECK(t.sample == 100);
+    CHECK(t.sample_in_epoch == 100);
+    CHECK(t.epoch == 0);
+    t.advance_epoch();
+    CHECK(t.epoch == 1);
+    CHECK(t.iteration == 1);
+    CHECK(t.batch_in_epoch == 0);
+    CHECK(t.sample_in_epoch == 0);
+    CHECK(t.batch == 2);  // totals keep counting across epochs
+    CHECK(t.sample == 100);
+    t.advance_batch(64);
+    CHECK(t.batch == 3);
+    CHECK(t.batch_in_epoch == 1);
+    CHECK(t.sample == 164);
+  }
+
   TEST_CASE("fraction of an epoch-long run counts batches") {
     // 2 epochs of 10 batches: after 5 batches a quarter of the run is done.
     Progress p = progress(Time::parse("2ep"), 10, 1000);

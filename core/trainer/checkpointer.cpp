@@ -46,23 +46,22 @@ class PendingCheckpoint final : public CheckpointInProgress {
 
 }  // namespace
 
-Checkpointer::Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-                           torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
-                           const PluginList& plugins,
+Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
+                           const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
                            std::vector<double> base_lrs, LossScaler* scaler)
-    : state_(state),
-      engine_(engine),
-      logger_(logger),
-      options_(options),
+    : state_(run.state),
+      engine_(run.engine),
+      logger_(run.logger),
+      options_(run.options),
       module_(module),
       optimizers_(optimizers),
       plugins_(plugins),
       base_lrs_(std::move(base_lrs)),
       scaler_(scaler) {
-  if (!options.run_dir.empty()) {
-    std::string dir = options.checkpoint_dir.empty() ? (fs::path(options.run_dir) / "checkpoints").string()
-                                                     : options.checkpoint_dir;
-    store_ = std::make_unique<CheckpointStore>(dir, options.keep_last);
+  if (!options_.run_dir.empty()) {
+    std::string dir = options_.checkpoint_dir.empty() ? (fs::path(options_.run_dir) / "checkpoints").string()
+                                                     : options_.checkpoint_dir;
+    store_ = std::make_unique<CheckpointStore>(dir, options_.keep_last);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
+#include "trainer/run_context.h"
 
 namespace baton {
 
@@ -26,9 +27,8 @@ class Checkpointer {
  public:
   /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
   /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
-  Checkpointer(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-               torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
-               std::vector<double> base_lrs, LossScaler* scaler = nullptr);
+  Checkpointer(const RunContext& run, torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
+               const PluginList& plugins, std::vector<double> base_lrs, LossScaler* scaler = nullptr);
   ~Checkpointer();
 
   /// Whether this run writes checkpoints at all (it has a run folder).

@@ -29,13 +29,14 @@ PrefetchOptions loader_options(const TrainerOptions& options) {
   return out;
 }
 
-Evaluator::Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options,
-                     const Model& model, const Dataset& data, LossFunction loss, std::vector<NamedMetric> metrics,
-                     std::string set, std::vector<EvalRecord>& history)
-    : state_(state),
-      engine_(engine),
-      logger_(logger),
-      options_(options),
+Evaluator::Evaluator(const RunContext& run, const Model& model, const Dataset& data, LossFunction loss,
+                     std::vector<NamedMetric> metrics, std::string set, std::vector<EvalRecord>& history)
+    : state_(run.state),
+      engine_(run.engine),
+      logger_(run.logger),
+      options_(run.options),
+      precision_(run.precision),
+      device_(run.device),
       model_(model),
       data_(data),
       loss_(std::move(loss)),
@@ -101,8 +102,6 @@ std::vector<NamedMetric> Evaluator::default_metrics(const DataSpec& spec) {
 // One pass over the evaluation set with the weights the model holds now (plugins may have swapped them at
 // eval_start), fired as eval_start … eval_end with state.eval_label = label.
 EvalResult Evaluator::pass(const std::string& label) {
-  at::Device device(options_.device);
-  const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
   state_.eval_label = label;
   // What plugins log during the pass (eval_start … eval_end) is printed on the pass's line.
@@ -125,7 +124,7 @@ EvalResult Evaluator::pass(const std::string& label) {
       const std::int64_t end = std::min(n, begin + options_.eval_batch_size);
       // Seeded by the batch's first sample: every pass and every evaluation draws the same (a sampler's noise).
       StepGeneratorScope step_random(state_, StepStream::eval, static_cast<std::uint64_t>(begin));
-      state_.batch = to_device(loader.next(), device);
+      state_.batch = to_device(loader.next(), device_);
       engine_.fire(Event::eval_batch_start);
       engine_.fire(Event::eval_before_forward);
       // A LibTorch error names the pass, the set, the batch's samples and what was running, without a backtrace.
@@ -135,18 +134,13 @@ EvalResult Evaluator::pass(const std::string& label) {
                std::to_string(end - 1) + " of " + data_.name;
       };
       const auto spec = [this] { return data_.spec(); };
-      {
-        AutocastScope autocast(precision, device.type());
-        state_.outputs = detail::during_step(where, "the model's forward", state_.batch, spec,
-                                             [&] { return model_.eval_forward(state_.batch); });
-      }
+      state_.outputs = detail::autocast_step(precision_, device_.type(), where, "the model's forward", state_.batch,
+                                             spec, [&] { return model_.eval_forward(state_.batch); });
       engine_.fire(Event::eval_after_forward);
-      if (with_loss) {
-        AutocastScope autocast(precision, device.type());
-        loss_sum += detail::during_step(where, "the loss", state_.batch, spec, [&] {
+      if (with_loss)
+        loss_sum += detail::autocast_step(precision_, device_.type(), where, "the loss", state_.batch, spec, [&] {
                       return loss_(state_.outputs, state_.batch).item<double>();
                     }) * static_cast<double>(end - begin);
-      }
       detail::during_step(where, "a metric's update", state_.batch, spec, [&] {
         for (auto& m : metrics_) m.metric->update(state_.outputs, state_.batch);
       });
@@ -217,8 +211,6 @@ std::vector<EvalResult> Evaluator::run() {
 }
 
 PredictResult Evaluator::predict(const Dataset& data) {
-  at::Device device(options_.device);
-  const Precision precision = parse_precision(options_.precision);
   torch::nn::Module& module = *model_.ptr();
   // A plugin that keeps several weight sets names the one it swaps in here (not a pass label: none runs now).
   state_.eval_label.clear();
@@ -235,14 +227,14 @@ PredictResult Evaluator::predict(const Dataset& data) {
     for (std::int64_t begin = 0; !loader.done(); begin += options_.eval_batch_size) {
       StepGeneratorScope step_random(state_, StepStream::predict, static_cast<std::uint64_t>(begin));
       const Batch batch = loader.next();
-      state_.batch = to_device(batch, device);
+      state_.batch = to_device(batch, device_);
       if (const at::Tensor* t = batch.find("targets")) targets.push_back(*t);
       engine_.fire(Event::predict_batch_start);
       engine_.fire(Event::predict_before_forward);
-      {
-        AutocastScope autocast(precision, device.type());
-        state_.outputs = model_.eval_forward(state_.batch);
-      }
+      state_.outputs = detail::autocast_step(
+          precision_, device_.type(), [&] { return "prediction, samples from " + std::to_string(begin) + " of " + data.name; },
+          "the model's forward", state_.batch, [&] { return data.spec(); },
+          [&] { return model_.eval_forward(state_.batch); });
       engine_.fire(Event::predict_after_forward);
       // Reduced-precision outputs are written as float32, what readers of the file expect of scores.
       Outputs out;

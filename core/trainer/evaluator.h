@@ -9,6 +9,7 @@
 
 #include "baton/trainer.h"
 #include "data/prefetch_loader.h"
+#include "trainer/run_context.h"
 
 namespace baton {
 
@@ -33,9 +34,8 @@ class Evaluator {
   /// `set`: empty for the main evaluation set ([data]'s, metrics "<pass>/<metric>"), else an extra set's name
   /// (metrics "<pass>/<set>/<metric>"). `metrics` empty: the defaults for `data`. Every evaluator of a trainer
   /// records into the same `history`, one record per point of the run.
-  Evaluator(State& state, Engine& engine, RunLogger& logger, const TrainerOptions& options, const Model& model,
-            const Dataset& data, LossFunction loss, std::vector<NamedMetric> metrics, std::string set,
-            std::vector<EvalRecord>& history);
+  Evaluator(const RunContext& run, const Model& model, const Dataset& data, LossFunction loss,
+            std::vector<NamedMetric> metrics, std::string set, std::vector<EvalRecord>& history);
 
   bool has_data() const { return data_.size() > 0; }
   /// Every pass of State::eval_labels; one result per pass.
@@ -71,6 +71,8 @@ class Evaluator {
   Engine& engine_;
   RunLogger& logger_;
   const TrainerOptions& options_;
+  Precision precision_;
+  at::Device device_;
   const Model& model_;
   const Dataset& data_;
   LossFunction loss_;

@@ -33,6 +33,12 @@ class Schedule {
   bool eval_due_at_epoch(std::int64_t epoch) const;
   bool save_due_at_epoch(std::int64_t epoch) const;
 
+  /// The run's end (batch `now`) still lacks its evaluation / its checkpoint: they are enabled and the last one was
+  /// taken at another batch (`last`, -1 for none). A run that ends with no batch (resumed at its end), or stops
+  /// outside batch_end, gets them then; a stop at an epoch's end saves there unless its last batch did.
+  bool final_eval_missing(std::int64_t last, std::int64_t now) const { return evaluations_ && last != now; }
+  bool final_save_missing(std::int64_t last, std::int64_t now) const { return saves_ && last != now; }
+
  private:
   Time eval_interval_;
   Time save_interval_;

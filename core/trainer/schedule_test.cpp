@@ -77,6 +77,21 @@ TEST_CASE("the final batch evaluates and saves unless its epoch end does") {
   CHECK(end1.save);
 }
 
+TEST_CASE("the run's end lacks an evaluation or a save only when enabled and not already taken at its batch") {
+  Schedule on(Time(1, TimeUnit::epoch), Time(1, TimeUnit::epoch), true, true);
+  CHECK(on.final_eval_missing(-1, 0));  // resumed at its end: nothing evaluated in this process yet
+  CHECK(on.final_eval_missing(10, 13));  // stopped outside batch_end, after the last evaluation at batch 10
+  CHECK_FALSE(on.final_eval_missing(13, 13));
+  CHECK(on.final_save_missing(10, 13));
+  CHECK_FALSE(on.final_save_missing(13, 13));
+  Schedule off(Time(0, TimeUnit::epoch), Time(0, TimeUnit::epoch), true, true);
+  CHECK_FALSE(off.final_eval_missing(-1, 13));
+  CHECK_FALSE(off.final_save_missing(-1, 13));
+  Schedule no_folder(Time(1, TimeUnit::epoch), Time(1, TimeUnit::epoch), false, false);
+  CHECK_FALSE(no_folder.final_eval_missing(-1, 13));
+  CHECK_FALSE(no_folder.final_save_missing(-1, 13));
+}
+
 TEST_CASE("a zero interval, no eval data or no run folder disables the decisions") {
   Schedule off(Time(0, TimeUnit::epoch), Time(0, TimeUnit::epoch), true, true);
   CHECK_FALSE(off.evaluations_enabled());

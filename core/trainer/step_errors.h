@@ -11,6 +11,7 @@
 #include "baton/dataset.h"
 #include "baton/error.h"
 #include "sdk/exception_text.h"
+#include "trainer/precision.h"
 
 namespace baton::detail {
 
@@ -39,6 +40,16 @@ decltype(auto) during_step(Where&& where, const char* what, const Batch& batch, 
     throw Error(where() + ": " + what + " failed on " + batch.describe() + changed_inputs_hint(batch, spec()) + ": " +
                 exception_text(e));
   }
+}
+
+// during_step under autocast in `precision` on `device` (a no-op for fp32): the forward pass and the loss of a
+// training step, of an evaluation and of a prediction all run this way (Composer's precision context covers the
+// forward and the loss, not the plugins' events).
+template <class Where, class Spec, class Call>
+decltype(auto) autocast_step(Precision precision, c10::DeviceType device, Where&& where, const char* what,
+                             const Batch& batch, Spec&& spec, Call&& call) {
+  AutocastScope autocast(precision, device);
+  return during_step(where, what, batch, spec, call);
 }
 
 }  // namespace baton::detail

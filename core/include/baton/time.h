@@ -54,6 +54,10 @@ struct BATON_API Timestamp {
 
   /// The counter for a unit; dur is not a counter and throws TimeError (use Progress below).
   std::int64_t get(TimeUnit unit) const;
+  /// One training batch done, of `samples` samples counting every rank's.
+  void advance_batch(std::int64_t samples);
+  /// The epoch ends (its last batch is done): epoch and iteration count it, the *_in_epoch counters restart.
+  void advance_epoch();
 };
 
 /// A timestamp together with the run's length, so any Time (dur included) can be compared with "now".

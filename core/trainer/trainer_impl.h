@@ -1,0 +1,133 @@
+#pragma once
+// The trainer's state and its parts, shared by the files that implement it: trainer.cpp (the timeline: fit, the
+// epoch, the batch and its step), trainer_setup.cpp (construction, init and its checks, standalone evaluation and
+// prediction, the public Trainer), and passes.cpp (what a model's own training step and a plugin's extra passes
+// run through).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "baton/trainer.h"
+#include "data/sampler.h"
+#include "data/train_loader.h"
+#include "engine/engine.h"
+#include "logging/run_logger.h"
+#include "trainer/checkpointer.h"
+#include "trainer/evaluator.h"
+#include "trainer/loss_scaler.h"
+#include "trainer/precision.h"
+#include "trainer/run_context.h"
+#include "trainer/run_outputs.h"
+#include "trainer/schedule.h"
+#include "trainer/stop_agreement.h"
+#include "trainer/training_log.h"
+
+namespace baton {
+
+struct Trainer::Impl {
+  Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in, std::shared_ptr<const Dataset> train_in,
+       std::shared_ptr<const Dataset> eval_in, TrainerOptions options_in);
+
+  // --- setup (trainer_setup.cpp) ---
+  RunLoggerOptions logger_options() const;
+  std::string metrics_path() const;
+  void add_eval_sets();
+  void ensure_init();
+  void offer_probe();
+  void complete_metric_names();
+  void check_watched_metrics() const;
+  void prepare_standalone(const std::string& checkpoint, const char* command);
+  std::string nonfinite_tensor() const;
+  void note_checkpoint();
+
+  // --- the timeline (trainer.cpp) ---
+  FitResult fit();
+  void train_epoch();
+  void train_batch();
+  bool evaluate_and_save_after_batch(double fraction_before, bool epoch_ends);
+  void end_epoch();
+  void apply_lr_schedule();
+  std::string step_where() const;
+  at::Tensor step_once();
+  void forward_backward();
+  at::Tensor own_training_step();
+  bool reduce_gradients();
+  void backward(const at::Tensor& loss);
+  void finish(std::exception_ptr failure);
+  void close(std::exception_ptr failure);
+  std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint);
+  PredictResult predict(const Dataset& data, const std::string& checkpoint);
+
+  Communicator* comm() const { return options.communicator.get(); }
+  void fire(Event event) { engine.fire(event); }
+  bool stop_now() { return stopping.check(state); }
+  // Every evaluation set with its schedule, the main one first: the order their evaluations run and are listed in.
+  template <class Visit>
+  void for_each_eval_set(Visit visit) {
+    visit(evaluator, schedule);
+    for (auto& set : extra_sets) visit(*set.evaluator, set.schedule);
+  }
+
+  struct OwnStep;  // passes.cpp
+
+  // What a plugin may run besides events (baton::TrainingPasses on State::passes), each in its own window
+  // (passes.cpp).
+  struct Passes final : TrainingPasses {
+    explicit Passes(Impl& trainer) : t(trainer) {}
+    bool recompute_gradients() override;
+    void forward_training_data() override;
+    Impl& t;
+    // The step's batch while recompute_gradients() is open: during after_train_batch of a step the trainer computes.
+    const Batch* step_batch = nullptr;
+  };
+
+  // Declared in construction order: each collaborator takes references to the members above it.
+  TrainerOptions options;
+  Model model;
+  std::shared_ptr<torch::nn::Module> module;
+  std::vector<NamedOptimizer> optimizers;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;  // the first of them
+  std::shared_ptr<const Dataset> train;
+  std::shared_ptr<const Dataset> eval;
+  BatchSampler sampler;
+  TrainLoader train_loader;  // after `train` and `sampler`, which it reads
+  State state;
+  PluginList plugins;
+  RunLogger logger;
+  Engine engine;
+  std::vector<double> base_lrs;
+  Precision precision;
+  at::Device device;
+  RunContext context;                  // the above, for the collaborators below
+  std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
+  Checkpointer checkpoints;
+  LossFunction loss;
+  std::vector<EvalRecord> history;  // every evaluation set's, one record per point of the run
+  Evaluator evaluator;              // the main set (`eval`)
+  Schedule schedule;
+  bool run_failed = false;
+  TrainingLog training_log;
+  ModelExport model_export;
+  EvalPlots plots;
+  struct EvalSetRun {
+    std::unique_ptr<Evaluator> evaluator;
+    Schedule schedule;
+  };
+  std::vector<EvalSetRun> extra_sets;  // TrainerOptions::eval_sets, each at its own interval
+  bool initialised = false;
+  StopAgreement stopping;
+  std::string noted_checkpoint;        // the last checkpoint note_checkpoint looked at
+  std::string last_finite_checkpoint;  // the last one saved with finite weights
+  Passes passes{*this};
+  bool step_overflow = false;  // the step's gradients hold an inf or a NaN (amp_fp16): the step is skipped
+  bool fitting = false;        // from fit_start to the end of training
+  bool in_step = false;        // inside train_batch
+};
+
+}  // namespace baton

@@ -1,0 +1,318 @@
+// The trainer's construction and the checks before a run: the run's optimizers and loss, its precision on its
+// device, the loader settings, the evaluation sets; init (plugins set up and declare what they log and watch);
+// loading a checkpoint for a standalone evaluation or prediction; and the public Trainer around Impl.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include "baton/communicator.h"
+#include "sdk/nearest.h"
+#include "trainer/format.h"
+#include "trainer/trainer_impl.h"
+
+namespace fs = std::filesystem;
+
+namespace baton {
+namespace {
+
+TrainerOptions with_process_group(TrainerOptions options) {
+  if (options.communicator) {
+    options.rank = options.communicator->rank();
+    options.world_size = options.communicator->world_size();
+  }
+  return options;
+}
+
+// Every param group's lr, optimizer after optimizer: what the schedule multiplies.
+std::vector<double> initial_lrs(const std::vector<NamedOptimizer>& optimizers) {
+  std::vector<double> lrs;
+  for (const auto& o : optimizers)
+    for (auto& group : o.optimizer->param_groups()) lrs.push_back(group.options().get_lr());
+  return lrs;
+}
+
+std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
+  std::string names;
+  for (const auto& o : optimizers) names += (names.empty() ? "" : ", ") + o.name;
+  return names;
+}
+
+// The run's optimizers: the model's own, or the one given (named "optimizer"); never both.
+std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer) {
+  if (!model.optimizers().empty()) {
+    if (optimizer)
+      throw Error("the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
+                  "), so the trainer's optimizer would be ignored: pass none");
+    return model.optimizers();
+  }
+  if (!optimizer) throw Error("the trainer needs an optimizer");
+  return {NamedOptimizer{"optimizer", std::move(optimizer)}};
+}
+
+// Classes: cross entropy; values: mean squared error (the registered losses, so a plugin cannot shadow them).
+LossFunction default_loss_for(const DataSpec& spec) {
+  if (!spec.has_targets())
+    throw Error("the training data has no targets (its fields: " + spec.field_names() +
+                "), so there is no default loss: give the model its own (Model::with_loss) or set one");
+  const std::string name = default_loss_name(spec);
+  const auto* entry = components().losses.find(name);
+  if (entry == nullptr) throw Error("the built-in loss '" + name + "' is not registered");
+  return entry->factory(PluginConfig(), spec);
+}
+
+// The run's loss: the one given, else the model's own (Composer's ComposerModel.loss), else the data's default. A
+// model with its own loss refuses another unless it says it may be replaced.
+LossFunction run_loss(const TrainerOptions& options, const Model& model, const DataSpec& spec) {
+  if (model.loss()) {
+    if (options.loss && !model.loss_replaceable())
+      throw Error("the model computes its own loss, so the run's loss (TrainerOptions::loss, the config's [loss]) "
+                  "would be ignored: leave it out");
+    return options.loss ? options.loss : model.loss();
+  }
+  if (options.loss) return options.loss;
+  // A model that trains by its own step computes its own losses: without targets it has no evaluation loss either.
+  if (model.training_step() && !spec.has_targets()) return {};
+  return default_loss_for(spec);
+}
+
+Precision checked_precision(const TrainerOptions& options) {
+  const Precision precision = parse_precision(options.precision);
+  const std::string problem = precision_problem(precision, options.device);
+  if (!problem.empty()) throw Error("trainer: " + problem);
+  return precision;
+}
+
+// The loader's settings are checked with the trainer's, before any thread starts.
+PrefetchOptions checked_loader_options(const TrainerOptions& options) {
+  if (options.workers < 0) throw Error("trainer: workers must be >= 0, got " + std::to_string(options.workers));
+  if (options.workers > 0 && options.prefetch < options.workers)
+    throw Error("trainer: prefetch (" + std::to_string(options.prefetch) + ") must be at least workers (" +
+                std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
+  return loader_options(options);
+}
+
+}  // namespace
+
+Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
+                    std::shared_ptr<const Dataset> train_in, std::shared_ptr<const Dataset> eval_in,
+                    TrainerOptions options_in)
+    : options(std::move(options_in)),
+      model(std::move(model_in)),
+      module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
+      optimizers(run_optimizers(model, std::move(optimizer_in))),
+      optimizer(optimizers.front().optimizer),
+      train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
+      eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
+      sampler(SamplerOptions{train->size(), options.batch_size, options.shuffle, /*drop_last=*/false, options.seed,
+                             options.rank, options.world_size}),
+      train_loader(*train, sampler, checked_loader_options(options)),
+      logger(state, logger_options()),
+      engine(state, logger),
+      base_lrs(initial_lrs(optimizers)),
+      precision(checked_precision(options)),
+      device(options.device),
+      context{state, engine, logger, options, precision, device},
+      scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
+      checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get()),
+      loss(run_loss(options, model, train->spec())),
+      evaluator(context, model, *eval, loss, options.metrics, "", history),
+      schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
+      training_log(logger, options),
+      model_export(run_failed),
+      plots(history, evaluator.metrics()) {
+  if (options.threads < 0) throw Error("trainer: threads must be >= 0, got " + std::to_string(options.threads));
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (model.training_step() && precision != Precision::fp32)
+    throw Error("trainer: a model with its own training step trains in fp32 for now (precision \"" +
+                options.precision + "\")");
+  for (const auto& o : optimizers) state.optimizers.emplace_back(o.name, o.optimizer.get());
+  state.device = options.device;
+  state.eval_weights = options.eval_weights;
+  state.rank = options.rank;
+  state.world_size = options.world_size;
+  state.seed = options.seed;
+  state.communicator = options.communicator;
+  state.run_dir = options.run_dir;
+  state.model = module.get();
+  state.optimizer = optimizer.get();
+  state.passes = &passes;
+  state.progress.max_duration = options.max_duration;
+  state.progress.batches_per_epoch = sampler.batches_per_epoch();
+  // Progress counts the samples of all ranks: every rank's share of an epoch is the same size.
+  state.progress.samples_per_epoch = sampler.samples_per_epoch() * options.world_size;
+  if (options.trace)
+    engine.set_trace([this](const std::string& line) {
+      if (options.rank == 0) std::fprintf(stderr, "trace: %s\n", line.c_str());
+    });
+  module->to(device);
+  add_eval_sets();
+  // The console and train/loss come first at every event, before the plugins added after construction.
+  detail::CallbackOverrides::record(training_log);
+  engine.add(EngineEntry{"training_log", nullptr, &training_log, /*internal=*/true});
+}
+
+void Trainer::Impl::add_eval_sets() {
+  for (const auto& set : options.eval_sets) {
+    if (set.name.empty() || set.name == "eval" || set.name.find('/') != std::string::npos)
+      throw Error("an evaluation set needs a name other than \"eval\", without '/' (got \"" + set.name + "\")");
+    if (!set.data) throw Error("evaluation set '" + set.name + "' has no data (a null dataset)");
+    for (const auto& other : extra_sets)
+      if (other.evaluator->set() == set.name) throw Error("two evaluation sets are named '" + set.name + "'");
+    extra_sets.push_back(EvalSetRun{
+        std::make_unique<Evaluator>(context, model, *set.data, loss, set.metrics, set.name, history),
+        Schedule(set.interval.value_or(options.eval_interval), Time(0, TimeUnit::epoch), set.data->size() > 0,
+                 false)});
+  }
+}
+
+RunLoggerOptions Trainer::Impl::logger_options() const {
+  RunLoggerOptions out;
+  if (!options.run_dir.empty()) out.metrics_path = metrics_path();
+  out.quiet = options.quiet;
+  out.rank = options.rank;
+  // A run that writes nothing opens no destination (they write under the run folder).
+  if (!options.run_dir.empty()) out.destinations = options.loggers;
+  return out;
+}
+
+std::string Trainer::Impl::metrics_path() const { return (fs::path(options.run_dir) / "metrics.jsonl").string(); }
+
+// init fires once, before the first fit, evaluation or prediction; the run's outputs come after the configured
+// plugins, so at fit_end they export what every plugin left.
+void Trainer::Impl::ensure_init() {
+  if (initialised) return;
+  initialised = true;
+  // Known classes, so they subscribe to fit_end only (and a trace shows them there alone).
+  detail::CallbackOverrides::record(model_export);
+  detail::CallbackOverrides::record(plots);
+  engine.add(EngineEntry{"model_export", nullptr, &model_export});
+  engine.add(EngineEntry{"eval_plots", nullptr, &plots});
+  offer_probe();
+  fire(Event::init);
+  complete_metric_names();
+  check_watched_metrics();
+}
+
+// What a plugin needs at init to check that the model takes the batches it will make.
+void Trainer::Impl::offer_probe() {
+  if (train->size() > 0) state.example_batch = train->get(at::zeros({1}, at::kLong));
+  state.probe_forward = [this](const Batch& batch) {
+    c10::NoGradGuard no_grad;
+    const bool was_training = module->is_training();
+    module->eval();
+    struct Restore {
+      torch::nn::Module& m;
+      bool on;
+      ~Restore() { m.train(on); }
+    } restore{*module, was_training};
+    return model.forward(to_device(batch, device));
+  };
+}
+
+// After init every pass is known (plugins add theirs at init), and so is every name the run will log.
+void Trainer::Impl::complete_metric_names() {
+  std::vector<std::string> names = {"train/loss", "lr"};
+  for_each_eval_set([&](Evaluator& set, Schedule&) {
+    for (auto& name : set.metric_names(state.eval_labels)) names.push_back(std::move(name));
+  });
+  // The run's own first, then what plugins declared, each once.
+  for (auto& name : state.metric_names)
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  state.metric_names = std::move(names);
+}
+
+void Trainer::Impl::check_watched_metrics() const {
+  for (const auto& watched : state.watched_metrics) {
+    const auto& names = state.metric_names;
+    if (std::find(names.begin(), names.end(), watched.metric) != names.end()) continue;
+    std::string all;
+    for (const auto& name : names) all += (all.empty() ? "" : ", ") + name;
+    throw ConfigError(watched.where, watched.key,
+                      "this run logs no metric '" + watched.metric + "'" + detail::did_you_mean(watched.metric, names) +
+                          "; it logs " + all +
+                          " (a plugin's own metrics count when it declares them in State::metric_names at init)");
+  }
+}
+
+// Loads `checkpoint` (when given) after init, for a standalone evaluation or prediction. A plugin that keeps
+// several sets of weights takes the request at init (State::eval_weights); one left untaken would use the raw
+// weights under the name asked for.
+void Trainer::Impl::prepare_standalone(const std::string& checkpoint, const char* command) {
+  ensure_init();
+  if (!options.eval_weights.empty() && state.eval_weights == options.eval_weights)
+    // A request the run cannot serve is a usage error (exit 2), located at the option.
+    throw ConfigError(SourceLocation{"--weights " + options.eval_weights, 0, 0}, "",
+                      std::string(command) + " with the \"" + options.eval_weights + "\" weights asked for, " +
+                          "but no plugin of this run keeps more than one set of weights (the ema plugin does): " +
+                          "run it without --weights, or with a config that loads such a plugin");
+  if (!checkpoint.empty()) checkpoints.load(checkpoint, /*with_training_state=*/false);
+}
+
+// The first floating parameter or buffer of the model with a NaN or inf, by name; "" when all are finite.
+std::string Trainer::Impl::nonfinite_tensor() const {
+  c10::NoGradGuard no_grad;
+  for (const auto& item : module->named_parameters())
+    if (!item.value().isfinite().all().item<bool>()) return item.key();
+  for (const auto& item : module->named_buffers())
+    if (item.value().is_floating_point() && !item.value().isfinite().all().item<bool>()) return item.key();
+  return "";
+}
+
+// After a checkpoint event: a checkpoint just saved with finite weights is the one to name if the run diverges.
+void Trainer::Impl::note_checkpoint() {
+  if (state.last_checkpoint.empty() || state.last_checkpoint == noted_checkpoint) return;
+  noted_checkpoint = state.last_checkpoint;
+  if (nonfinite_tensor().empty()) last_finite_checkpoint = noted_checkpoint;
+}
+
+// --- the public Trainer ------------------------------------------------------------------------------------------
+
+Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                 std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> eval, TrainerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(optimizer), std::move(train), std::move(eval),
+                                   with_process_group(std::move(options)))) {}
+
+Trainer::Trainer(Model model, std::shared_ptr<torch::optim::Optimizer> optimizer, TensorDataset train,
+                 TensorDataset eval, TrainerOptions options)
+    : Trainer(std::move(model), std::move(optimizer), std::make_shared<TensorDataset>(std::move(train)),
+              std::make_shared<TensorDataset>(std::move(eval)), std::move(options)) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
+  if (impl_->initialised) throw Error("plugin '" + id + "' added after the run started");
+  for (const auto& existing : impl_->plugins)
+    if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
+  impl_->engine.add(EngineEntry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())});
+  impl_->state.plugins.push_back(id);
+  impl_->plugins.emplace_back(std::move(id), std::move(plugin));
+}
+
+void Trainer::check() { impl_->ensure_init(); }
+FitResult Trainer::fit() { return impl_->fit(); }
+
+std::vector<EvalResult> Trainer::evaluate_standalone(const std::string& checkpoint) {
+  return impl_->evaluate_standalone(checkpoint);
+}
+
+PredictResult Trainer::predict(const std::string& checkpoint) { return impl_->predict(*impl_->eval, checkpoint); }
+
+PredictResult Trainer::predict(const Dataset& data, const std::string& checkpoint) {
+  return impl_->predict(data, checkpoint);
+}
+
+void Trainer::request_stop(std::string reason) { impl_->stopping.request(std::move(reason)); }
+
+const Dataset& Trainer::train_set() const { return *impl_->train; }
+const Dataset& Trainer::eval_set() const { return *impl_->eval; }
+State& Trainer::state() { return impl_->state; }
+Logger& Trainer::logger() { return impl_->logger; }
+torch::nn::Module& Trainer::model() { return *impl_->module; }
+const TrainerOptions& Trainer::options() const { return impl_->options; }
+const std::vector<std::string>& Trainer::warnings() const { return impl_->logger.warnings(); }
+
+}  // namespace baton
