@@ -37,7 +37,7 @@
 #include "trainer/checkpointer.h"
 #include "trainer/data_parallel.h"
 #include "trainer/evaluator.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/precision.h"
 #include "trainer/run_outputs.h"
@@ -646,7 +646,7 @@ struct Trainer::Impl {
       if (!std::isfinite(value)) break;
       ++first;
     }
-    logger.warn("the training loss is not finite (" + format_number(value) + ") at training batch " +
+    logger.warn("the training loss is not finite (" + format_decimals(value, 4) + ") at training batch " +
                 std::to_string(first + 1) + " of the run (in the " + std::to_string(count) +
                 " batches logged at " + format_timestamp(now) + "): the weights have likely diverged; lower " +
                 "optimizer.lr, or add the nan_monitor plugin to stop at the first one");
