@@ -362,7 +362,7 @@ namespace {
 
 // "expected <what> (<meaning>), got ": the start of a getter's message, with what the key is for when the plugin
 // said so.
-std::string expected(const std::string& what, std::string_view meaning) {
+std::string expectation(const std::string& what, std::string_view meaning) {
   return "expected " + what + (meaning.empty() ? std::string() : " (" + std::string(meaning) + ")") + ", got ";
 }
 
@@ -382,7 +382,7 @@ Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& u
   const toml::node& node = *impl_->table->get(key);
   const auto refuse = [&](const std::string& what) {
     throw ConfigError(impl_->location(node), impl_->full_key(key),
-                      expected(what, meaning) + toml_detail::describe(node));
+                      expectation(what, meaning) + toml_detail::describe(node));
   };
   // A fraction of the run beyond the whole run is a point no run reaches: for every key (an interval, a warmup,
   // a start) it is a mistake, so it is refused here once rather than by each reader.
@@ -414,7 +414,8 @@ double PluginConfig::get_number(std::string_view key, Range range, std::string_v
   const double value = get<double>(key);
   if (!range.contains(value))
     throw ConfigError(where(key), full_key(key),
-                      expected("a number " + range.text(), meaning) + toml_detail::describe(*impl_->table->get(key)));
+                      expectation("a number " + range.text(), meaning) +
+                          toml_detail::describe(*impl_->table->get(key)));
   return value;
 }
 
@@ -424,7 +425,7 @@ std::int64_t PluginConfig::get_int(std::string_view key, Range range, std::strin
   const std::int64_t value = get<std::int64_t>(key);
   if (!range.contains(static_cast<double>(value)))
     throw ConfigError(where(key), full_key(key),
-                      expected("an integer " + range.text(), meaning) +
+                      expectation("an integer " + range.text(), meaning) +
                           toml_detail::describe(*impl_->table->get(key)));
   return value;
 }
