@@ -358,28 +358,43 @@ template BATON_API std::vector<double> PluginConfig::get<std::vector<double>>(st
 template BATON_API std::vector<std::int64_t> PluginConfig::get<std::vector<std::int64_t>>(std::string_view) const;
 template BATON_API PluginConfig PluginConfig::get<PluginConfig>(std::string_view) const;
 
+namespace {
+
+// "expected <what> (<meaning>), got ": the start of a getter's message, with what the key is for when the plugin
+// said so.
+std::string expectation(const std::string& what, std::string_view meaning) {
+  return "expected " + what + (meaning.empty() ? std::string() : " (" + std::string(meaning) + ")") + ", got ";
+}
+
+}  // namespace
+
 Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units) const {
-  const Time time = get<Time>(key);
-  // A fraction of the run beyond the whole run is a point no run reaches: for every key (an interval, a warmup,
-  // a start) it is a mistake, so it is refused here once rather than by each reader.
-  if (time.unit() == TimeUnit::duration && time.value() > 1)
-    throw ConfigError(where(key), full_key(key),
-                      "expected a fraction of the run <= 1dur, got " + toml_detail::describe(*impl_->table->get(key)));
-  if (units.empty() || std::find(units.begin(), units.end(), time.unit()) != units.end()) return time;
-  std::string allowed;
-  for (std::size_t i = 0; i < units.size(); ++i)
-    allowed += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(units[i]));
-  const toml::node& node = *impl_->table->get(key);
-  throw ConfigError(impl_->location(node), impl_->full_key(key),
-                    "expected a time in " + allowed + ", got " + toml_detail::describe(node));
+  return get_time(key, units, TimeZero::allowed, {});
 }
 
 Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units, TimeZero zero) const {
-  const Time time = get_time(key, units);
-  if (zero == TimeZero::allowed || time.value() > 0) return time;
+  return get_time(key, units, zero, {});
+}
+
+Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& units, TimeZero zero,
+                            std::string_view meaning) const {
+  const Time time = get<Time>(key);
   const toml::node& node = *impl_->table->get(key);
-  throw ConfigError(impl_->location(node), impl_->full_key(key),
-                    "expected a time > 0, got " + toml_detail::describe(node));
+  const auto refuse = [&](const std::string& what) {
+    throw ConfigError(impl_->location(node), impl_->full_key(key),
+                      expectation(what, meaning) + toml_detail::describe(node));
+  };
+  // A fraction of the run beyond the whole run is a point no run reaches: for every key (an interval, a warmup,
+  // a start) it is a mistake, so it is refused here once rather than by each reader.
+  if (time.unit() == TimeUnit::duration && time.value() > 1) refuse("a fraction of the run <= 1dur");
+  if (!units.empty() && std::find(units.begin(), units.end(), time.unit()) == units.end()) {
+    std::string allowed;
+    for (std::size_t i = 0; i < units.size(); ++i)
+      allowed += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(units[i]));
+    refuse("a time in " + allowed);
+  }
+  if (zero == TimeZero::rejected && time.value() <= 0) refuse("a time > 0");
+  return time;
 }
 
 bool Range::contains(double value) const {
@@ -387,38 +402,42 @@ bool Range::contains(double value) const {
 }
 
 std::string Range::text() const {
-  const auto show = [](double v) {
-    std::ostringstream out;
-    out << v;
-    return out.str();
-  };
-  if (hi >= 1e308) return (lo_open ? "> " : ">= ") + show(lo);
-  if (lo <= -1e308) return (hi_open ? "< " : "<= ") + show(hi);
-  return std::string("in ") + (lo_open ? "(" : "[") + show(lo) + ", " + show(hi) + (hi_open ? ")" : "]");
+  if (hi >= 1e308) return (lo_open ? "> " : ">= ") + format_number(lo);
+  if (lo <= -1e308) return (hi_open ? "< " : "<= ") + format_number(hi);
+  return std::string("in ") + (lo_open ? "(" : "[") + format_number(lo) + ", " + format_number(hi) +
+         (hi_open ? ")" : "]");
 }
 
-double PluginConfig::get_number(std::string_view key, Range range) const {
+double PluginConfig::get_number(std::string_view key, Range range) const { return get_number(key, range, {}); }
+
+double PluginConfig::get_number(std::string_view key, Range range, std::string_view meaning) const {
   const double value = get<double>(key);
   if (!range.contains(value))
     throw ConfigError(where(key), full_key(key),
-                      "expected a number " + range.text() + ", got " + toml_detail::describe(*impl_->table->get(key)));
+                      expectation("a number " + range.text(), meaning) +
+                          toml_detail::describe(*impl_->table->get(key)));
   return value;
 }
 
-std::int64_t PluginConfig::get_int(std::string_view key, Range range) const {
+std::int64_t PluginConfig::get_int(std::string_view key, Range range) const { return get_int(key, range, {}); }
+
+std::int64_t PluginConfig::get_int(std::string_view key, Range range, std::string_view meaning) const {
   const std::int64_t value = get<std::int64_t>(key);
   if (!range.contains(static_cast<double>(value)))
     throw ConfigError(where(key), full_key(key),
-                      "expected an integer " + range.text() + ", got " +
+                      expectation("an integer " + range.text(), meaning) +
                           toml_detail::describe(*impl_->table->get(key)));
   return value;
 }
 
 std::string PluginConfig::get_choice(std::string_view key, const std::vector<std::string>& choices) const {
-  std::string value = get<std::string>(key);
-  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
   std::string list;
   for (const auto& choice : choices) list += (list.empty() ? "" : ", ") + toml_detail::quote(choice);
+  // A missing choice names the choices too: "expected a string" would leave the user to find them in the docs.
+  if (!has(key))
+    throw ConfigError(where(key), full_key(key), "expected one of " + list + ", got nothing (the key is missing)");
+  std::string value = get<std::string>(key);
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
   throw ConfigError(where(key), full_key(key),
                     "expected one of " + list + ", got " + toml_detail::describe(*impl_->table->get(key)));
 }

@@ -489,7 +489,8 @@ TEST_SUITE("data") {
     CHECK(whole.inputs.select(1, 1).max().item<double>() == 120);  // as in the file
 
     const auto error = [&](const std::string& toml) { return error_text<ConfigError>([&] { build(toml); }); };
-    CHECK(contains(error("target = \"y\""), "plugins.csv.task: expected a string, got nothing"));
+    CHECK(contains(error("target = \"y\""),
+                   "plugins.csv.task: expected one of \"classification\", \"regression\", got nothing"));
     std::ofstream(dir / "fractions.csv") << "x,y\n1,0\n2,1.5\n3,1\n";
     const PluginConfig fractions = PluginConfig::from_toml(
         "path = \"" + (dir / "fractions.csv").string() + "\"\ntask = \"classification\"\neval_fraction = 0", "csv");

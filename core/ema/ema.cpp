@@ -15,6 +15,7 @@
 #include "baton/communicator.h"
 #include "baton/error.h"
 #include "baton/model_tensors.h"
+#include "baton/time.h"
 #include "ema/ema_kernel.h"
 
 namespace baton {
@@ -53,7 +54,7 @@ std::string shape_string(at::IntArrayRef sizes) {
 
 void check_smoothing(double smoothing) {
   if (!(smoothing >= 0.0 && smoothing <= 1.0))
-    throw Error("EMA: smoothing must lie in [0, 1], got " + std::to_string(smoothing));
+    throw Error("EMA: smoothing must lie in [0, 1], got " + format_number(smoothing));
 }
 
 c10::Device parse_device(const std::string& device) {

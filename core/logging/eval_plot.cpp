@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "baton/error.h"
+#include "baton/time.h"
 
 namespace baton {
 namespace {
@@ -31,11 +31,8 @@ std::string escape(const std::string& text) {
   return out;
 }
 
-std::string num(double v) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", v + 0.0);  // + 0.0: -0 prints as 0
-  return buffer;
-}
+// Short, as SVG coordinates and labels are many: format_number also writes -0 as 0.
+std::string num(double v) { return format_number(v); }
 
 // The ticks k * step in [lo, hi], each computed from its integer k (not by repeated addition, whose rounding
 // turns the tick at zero into -1.4e-17, printed "-1.38778e-17" or "-0").

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "baton/time.h"
+
 namespace baton {
 namespace {
 
@@ -16,12 +18,6 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
 constexpr int kBarWidth = 30;
-
-std::string printf_string(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
 
 std::string lowercase_env(const char* name) {
   const char* value = std::getenv(name);
@@ -38,7 +34,7 @@ std::string bar(std::int64_t done, std::int64_t total) {
 
 std::string metrics_text(const Metrics& metrics) {
   std::string text;
-  for (const auto& [name, value] : metrics) text += " " + name + "=" + printf_string("%.4g", value);
+  for (const auto& [name, value] : metrics) text += " " + name + "=" + format_number(value, 4);
   return text;
 }
 
@@ -80,7 +76,7 @@ std::string ProgressBar::status(const Metrics& metrics, bool final) const {
   if (options_.terminal && options_.total > 0) text += bar(done_, options_.total);
   text += std::to_string(done_);
   if (options_.total > 0) text += "/" + std::to_string(options_.total);
-  text += " " + printf_string("%.1f", rate) + " " + options_.unit + "/s";
+  text += " " + format_decimals(rate, 1) + " " + options_.unit + "/s";
   if (final)
     text += " in " + format_duration(elapsed);
   else if (options_.total > 0 && rate > 0)

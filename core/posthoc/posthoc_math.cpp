@@ -5,22 +5,15 @@
 #include <cstddef>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "baton/error.h"
+#include "baton/time.h"
 
 namespace baton::posthoc {
 namespace {
 
 using Matrix = std::vector<std::vector<double>>;
-
-std::string number(double value) {
-  std::ostringstream out;
-  out.precision(6);
-  out << value;
-  return out.str();
-}
 
 // Eigenvalues (returned) and eigenvectors (columns of `vectors`) of a symmetric matrix by cyclic Jacobi rotations:
 // slow for large n but accurate to the last bits on the small, badly scaled Gram matrices of synthesis.
@@ -81,9 +74,11 @@ std::vector<double> pseudo_inverse_solve(const Matrix& a, const std::vector<doub
 
 void check_profile(const Profile& p, const char* what) {
   if (!(p.t > 0) || !std::isfinite(p.t))
-    throw Error(std::string("post-hoc EMA: ") + what + " has time " + number(p.t) + ": expected a positive time");
+    throw Error(std::string("post-hoc EMA: ") + what + " has time " + format_number(p.t) +
+                ": expected a positive time");
   if (!(p.gamma >= 0) || !std::isfinite(p.gamma))
-    throw Error(std::string("post-hoc EMA: ") + what + " has exponent " + number(p.gamma) + ": expected γ >= 0");
+    throw Error(std::string("post-hoc EMA: ") + what + " has exponent " + format_number(p.gamma) +
+                ": expected γ >= 0");
 }
 
 }  // namespace
@@ -92,13 +87,14 @@ double max_sigma_rel() { return std::sqrt(1.0 / 12.0); }
 
 double sigma_rel_from_gamma(double gamma) {
   if (!(gamma >= 0) || !std::isfinite(gamma))
-    throw Error("post-hoc EMA: exponent γ = " + number(gamma) + " is outside [0, ∞)");
+    throw Error("post-hoc EMA: exponent γ = " + format_number(gamma) + " is outside [0, ∞)");
   return std::sqrt((gamma + 1) / ((gamma + 2) * (gamma + 2) * (gamma + 3)));
 }
 
 double gamma_from_sigma_rel(double sigma_rel) {
   if (!(sigma_rel > 0 && sigma_rel <= max_sigma_rel()))
-    throw Error("post-hoc EMA: sigma_rel " + number(sigma_rel) + " is outside (0, " + number(max_sigma_rel()) +
+    throw Error("post-hoc EMA: sigma_rel " + format_number(sigma_rel) + " is outside (0, " +
+                format_number(max_sigma_rel()) +
                 "] (0.2887 is a uniform average of all weights so far; smaller is shorter)");
   // σ_rel(γ) decreases from max_sigma_rel() at γ = 0 and behaves like 1/γ for large γ, so [0, 2/σ + 10] brackets
   // the root; bisection halves the bracket down to the spacing of doubles.
@@ -112,8 +108,8 @@ double gamma_from_sigma_rel(double sigma_rel) {
 
 double power_ema_beta(double t_prev, double t_next, double gamma) {
   if (!(t_next > t_prev) || t_prev < 0)
-    throw Error("post-hoc EMA: an update must move time forward (from " + number(t_prev) + " to " +
-                number(t_next) + ")");
+    throw Error("post-hoc EMA: an update must move time forward (from " + format_number(t_prev) + " to " +
+                format_number(t_next) + ")");
   return std::pow(1.0 - (t_next - t_prev) / t_next, gamma + 1.0);
 }
 
@@ -151,8 +147,8 @@ SynthesisWeights synthesis_weights(const std::vector<Profile>& snapshots, const 
   double sum = 0;
   for (std::size_t i = 0; i < n; ++i) sum += out.weights[i] = scale[i] * y[i];
   if (!(std::fabs(sum) > 1e-12) || !std::isfinite(sum))
-    throw Error("post-hoc EMA: the system for the target is ill-conditioned (its weights sum to " + number(sum) +
-                ", which cannot be normalised)");
+    throw Error("post-hoc EMA: the system for the target is ill-conditioned (its weights sum to " +
+                format_number(sum) + ", which cannot be normalised)");
   for (double& w : out.weights) {
     w /= sum;
     out.weight_l1 += std::fabs(w);
@@ -167,13 +163,13 @@ SynthesisWeights synthesis_weights(const std::vector<Profile>& snapshots, const 
   double norm = profile_inner_product(target, target);
   out.fit_error = std::sqrt(std::max(0.0, quadratic - 2 * linear + norm) / norm);
   if (out.weight_l1 > limits.max_weight_l1)
-    throw Error("post-hoc EMA: the system for sigma_rel " + number(sigma_rel_from_gamma(target.gamma)) +
-                " is ill-conditioned: the snapshot weights' sum of magnitudes is " + number(out.weight_l1) +
-                " (limit " + number(limits.max_weight_l1) + "), so rounding would swamp the result");
+    throw Error("post-hoc EMA: the system for sigma_rel " + format_number(sigma_rel_from_gamma(target.gamma)) +
+                " is ill-conditioned: the snapshot weights' sum of magnitudes is " + format_number(out.weight_l1) +
+                " (limit " + format_number(limits.max_weight_l1) + "), so rounding would swamp the result");
   if (out.fit_error > limits.max_fit_error)
     throw Error("post-hoc EMA: the snapshots cannot represent sigma_rel " +
-                number(sigma_rel_from_gamma(target.gamma)) + ": the best combination's profile is off by " +
-                number(100 * out.fit_error) + "% (limit " + number(100 * limits.max_fit_error) + "%)");
+                format_number(sigma_rel_from_gamma(target.gamma)) + ": the best combination's profile is off by " +
+                format_number(100 * out.fit_error) + "% (limit " + format_number(100 * limits.max_fit_error) + "%)");
   return out;
 }
 

@@ -1,7 +1,6 @@
 #include "baton/posthoc.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -9,17 +8,12 @@
 #include <ATen/ops/zeros.h>
 
 #include "baton/error.h"
+#include "baton/time.h"
 
 namespace fs = std::filesystem;
 
 namespace baton::posthoc {
 namespace {
-
-std::string number(double value) {
-  char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
-  return buffer;
-}
 
 const std::string& metadata_value(const SafetensorsContents& contents, const std::string& path, const char* key) {
   auto it = contents.metadata.find(key);
@@ -51,7 +45,7 @@ void check_same_layout(const NamedTensors& first, const NamedTensors& other, con
 
 std::string list(const std::vector<double>& values) {
   std::string out;
-  for (double v : values) out += (out.empty() ? "" : ", ") + number(v);
+  for (double v : values) out += (out.empty() ? "" : ", ") + format_number(v);
   return out;
 }
 
@@ -99,8 +93,8 @@ void check_target(const SnapshotSet& snapshots, double sigma_rel) {
                 list(tracked) + " (posthoc.sigma_rels needs two or more values)");
   SigmaRange range = representable_sigma_rels(tracked);
   if (!(sigma_rel >= range.low && sigma_rel <= range.high))
-    throw Error("sigma_rel " + number(sigma_rel) + " is outside what the tracked profiles (" + list(tracked) +
-                ") can represent: [" + number(range.low) + ", " + number(range.high) + "]");
+    throw Error("sigma_rel " + format_number(sigma_rel) + " is outside what the tracked profiles (" + list(tracked) +
+                ") can represent: [" + format_number(range.low) + ", " + format_number(range.high) + "]");
 }
 
 SynthesisResult synthesise(const SnapshotSet& snapshots, double sigma_rel) {

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 
 #include "baton/error.h"
+#include "baton/time.h"
 
 
 namespace fs = std::filesystem;
@@ -48,11 +49,7 @@ std::int64_t time_in_file_name(const std::string& name) {
 
 }  // namespace
 
-std::string profile_name_for(double sigma_rel) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "sigma%.6g", sigma_rel);
-  return buffer;
-}
+std::string profile_name_for(double sigma_rel) { return "sigma" + format_number(sigma_rel); }
 
 PosthocTracker::PosthocTracker(std::vector<double> sigma_rels, EmaOptions options)
     : sigma_rels_(std::move(sigma_rels)) {

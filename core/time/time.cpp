@@ -178,6 +178,30 @@ void Timestamp::advance_epoch() {
   sample_in_epoch = 0;
 }
 
+std::string format_timestamp(const Timestamp& t) {
+  return "ep " + std::to_string(t.epoch) + " ba " + std::to_string(t.batch);
+}
+
+namespace {
+
+// printf with one precision and one double; + 0.0 turns -0 into 0, and a nan prints without the sign glibc gives
+// some of them ("-nan"), which tells a reader nothing.
+std::string print_number(const char* format, int precision, double value) {
+  if (std::isnan(value)) return "nan";
+  value += 0.0;
+  // Measured first: %.*f of 1e308 has 309 digits before the point.
+  const int length = std::snprintf(nullptr, 0, format, precision, value);
+  std::string out(static_cast<std::size_t>(length), '\0');
+  std::snprintf(out.data(), out.size() + 1, format, precision, value);
+  return out;
+}
+
+}  // namespace
+
+std::string format_number(double value, int significant) { return print_number("%.*g", significant, value); }
+
+std::string format_decimals(double value, int decimals) { return print_number("%.*f", decimals, value); }
+
 double Progress::fraction() const {
   if (max_duration.unit() == TimeUnit::duration)
     throw TimeError("max_duration " + quoted(max_duration.str()) + " cannot be a fraction of itself");

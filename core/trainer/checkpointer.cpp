@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "engine/engine.h"
 #include "logging/run_logger.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 #include "trainer/loss_scaler.h"
 
 namespace fs = std::filesystem;
@@ -147,7 +147,7 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   std::string path = store_->save(name, data);
   state_.last_checkpoint = path;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (!options_.quiet) logger_.info("checkpoint " + path + " (" + format_number(seconds, 2) + " s)");
+  if (!options_.quiet) logger_.info("checkpoint " + path + " (" + format_decimals(seconds, 2) + " s)");
   for (const auto& hook : hooks) {
     try {
       call_plugin([&] { hook(path); }, [&] { return "after saving " + path; });

@@ -15,7 +15,7 @@
 #include "logging/metrics_history.h"
 #include "logging/run_logger.h"
 #include "sdk/step_generator.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 #include "trainer/precision.h"
 #include "trainer/step_errors.h"
 
@@ -179,21 +179,21 @@ EvalResult Evaluator::pass(const std::string& label) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine_.fire(Event::eval_end);
   std::string plugin_metrics;
-  std::string own = with_loss ? "loss " + format_number(result.loss) : "";
+  std::string own = with_loss ? "loss " + format_decimals(result.loss, 4) : "";
   for (const auto& value : result.metrics)
-    own += (own.empty() ? "" : "  ") + value.name + " " + format_number(value.value);
+    own += (own.empty() ? "" : "  ") + value.name + " " + format_decimals(value.value, 4);
   for (const auto& [name, value] : logger_.end_capture()) {
     const bool evaluator_logged =
         (with_loss && name == key(label, "loss")) ||
         std::any_of(result.metrics.begin(), result.metrics.end(),
                     [&](const EvalResult::Value& v) { return name == key(label, v.name); });
-    if (!evaluator_logged) plugin_metrics += "  " + name + " " + format_number(value);
+    if (!evaluator_logged) plugin_metrics += "  " + name + " " + format_decimals(value, 4);
   }
   if (!options_.quiet)
     logger_.info("[" + format_timestamp(state_.progress.now) + "] " + (set_.empty() ? label : label + "/" + set_) +
                  ": " + own + plugin_metrics + "  (" +
                  std::to_string(seen) +
-                 " samples, " + format_number(seconds, 1) + " s)");
+                 " samples, " + format_decimals(seconds, 1) + " s)");
   return result;
 }
 

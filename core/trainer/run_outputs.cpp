@@ -9,7 +9,7 @@
 #include "baton/safetensors.h"
 #include "logging/eval_plot.h"
 #include "logging/metrics_history.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 #include "baton/communicator.h"
 #include "sdk/step_generator.h"
 #include "trainer/data_parallel.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 #include "trainer/step_errors.h"
 #include "trainer/trainer_impl.h"
 

@@ -11,7 +11,7 @@
 
 #include "baton/communicator.h"
 #include "sdk/nearest.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 #include "trainer/trainer_impl.h"
 
 namespace fs = std::filesystem;

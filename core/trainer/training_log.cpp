@@ -10,7 +10,7 @@
 
 #include "baton/communicator.h"
 #include "logging/run_logger.h"
-#include "trainer/format.h"
+#include "baton/time.h"
 
 namespace baton {
 
@@ -85,7 +85,7 @@ void TrainingLog::report_nonfinite_loss(const State& state, std::int64_t count) 
     if (!std::isfinite(value)) break;
     ++first;
   }
-  logger_.warn("the training loss is not finite (" + format_number(value) + ") at training batch " +
+  logger_.warn("the training loss is not finite (" + format_decimals(value, 4) + ") at training batch " +
                std::to_string(first + 1) + " of the run (in the " + std::to_string(count) + " batches logged at " +
                format_timestamp(now) + "): the weights have likely diverged; lower optimizer.lr, or add the " +
                "nan_monitor plugin to stop at the first one");

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 
 namespace baton::monitors {
 
@@ -41,16 +40,6 @@ std::string eval_pass_of(const std::string& metric, const State& state) {
 std::string eval_set_of(const std::string& metric) {
   const auto first = metric.find('/'), last = metric.rfind('/');
   return first == last ? "" : metric.substr(first + 1, last - first - 1);
-}
-
-std::string format_value(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
-  return buffer;
-}
-
-std::string format_time(std::int64_t epoch, std::int64_t batch) {
-  return "ep " + std::to_string(epoch) + " ba " + std::to_string(batch);
 }
 
 void StopMemory::stop(State& state, const std::string& reason) {

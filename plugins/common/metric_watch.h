@@ -1,7 +1,8 @@
 #pragma once
 // What the metric-watching callbacks (early_stopper, threshold_stopper) share: reading `monitor` and `mode`,
-// telling an evaluation pass's metric from the others, formatting values and times for stop reasons, and
-// remembering a stop across a resume. Compiled into each plugin that uses it (plugins share no library).
+// telling an evaluation pass's metric from the others, and remembering a stop across a resume (stop reasons write
+// values and times with baton::format_number and baton::format_timestamp, as the trainer's lines do). Compiled
+// into each plugin that uses it (plugins share no library).
 #include <cstdint>
 #include <string>
 
@@ -27,12 +28,6 @@ const char* goal_name(Goal goal);  // "min", "max"
 std::string eval_pass_of(const std::string& metric, const State& state);
 /// The evaluation set a pass's metric belongs to: "" for "eval/accuracy", "train" for "eval/train/accuracy".
 std::string eval_set_of(const std::string& metric);
-
-/// A metric value for messages: up to 6 significant digits ("0.8125", "1e-05", "nan").
-std::string format_value(double value);
-
-/// "ep 1 ba 8", as the trainer prints times.
-std::string format_time(std::int64_t epoch, std::int64_t batch);
 
 /// A stop this plugin requested, kept in its checkpoint state. The checkpoint written when a run stops carries
 /// it, so a run resumed from that checkpoint stops again at once, as the uninterrupted run had stopped there;

@@ -32,11 +32,8 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
   explicit EarlyStopper(const baton::PluginConfig& config)
       : MetricStopper("early_stopper", config),
         patience_(read_patience(config)),
-        min_delta_(config.get_or<double>("min_delta", 0.0)) {
-    if (!(min_delta_ >= 0.0))  // get<double> refuses nan and inf
-      config.fail("min_delta", "expected a number >= 0 (the least change that counts as an improvement), got " +
-                                   baton::monitors::format_value(min_delta_));
-  }
+        min_delta_(config.get_number_or("min_delta", 0.0, baton::Range::at_least(0),
+                                        "the least change that counts as an improvement")) {}
 
   void state_dict(baton::StateDict& out) const override {
     out.set_string("monitor", monitor_);
@@ -44,8 +41,8 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     out.set_bool("has_best", best_.has_value());
     if (best_) {
       out.set_double("best", *best_);
-      out.set_int("best_epoch", best_epoch_);
-      out.set_int("best_batch", best_batch_);
+      out.set_int("best_epoch", best_at_.epoch);
+      out.set_int("best_batch", best_at_.batch);
     }
     memory_.save(out);
   }
@@ -66,8 +63,8 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     if (in.get_bool("has_best")) {
       seen_ = true;  // the metric came before the resume: no warning that it never did
       best_ = in.get_double("best");
-      best_epoch_ = in.get_int("best_epoch");
-      best_batch_ = in.get_int("best_batch");
+      best_at_.epoch = in.get_int("best_epoch");
+      best_at_.batch = in.get_int("best_batch");
     }
     memory_.load(in);
   }
@@ -94,26 +91,24 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     const auto& now = state.timestamp();
     if (!best_ || improves(value)) {
       best_ = value;
-      best_epoch_ = now.epoch;
-      best_batch_ = now.batch;
+      best_at_ = now;
       return;
     }
     const bool in_batches = patience_.unit() == baton::TimeUnit::batch;
-    const std::int64_t waited = in_batches ? now.batch - best_batch_ : now.epoch - best_epoch_;
+    const std::int64_t waited = in_batches ? now.batch - best_at_.batch : now.epoch - best_at_.epoch;
     if (waited <= patience_.count() || too_late(state)) return;
-    using baton::monitors::format_value;
-    memory_.stop(state, "early_stopper: " + monitor_ + " has not improved on its best (" + format_value(*best_) +
-                            " at " + baton::monitors::format_time(best_epoch_, best_batch_) + ", mode " +
-                            baton::monitors::goal_name(goal_) + ") by more than " + format_value(min_delta_) +
-                            " for more than " + patience_.str() + ": " + format_value(value) + " at " +
-                            baton::monitors::format_time(now.epoch, now.batch));
+    using baton::format_number;
+    memory_.stop(state, "early_stopper: " + monitor_ + " has not improved on its best (" + format_number(*best_) +
+                            " at " + baton::format_timestamp(best_at_) + ", mode " +
+                            baton::monitors::goal_name(goal_) + ") by more than " + format_number(min_delta_) +
+                            " for more than " + patience_.str() + ": " + format_number(value) + " at " +
+                            baton::format_timestamp(now));
   }
 
   baton::Time patience_;
   double min_delta_;
   std::optional<double> best_;
-  std::int64_t best_epoch_ = 0;
-  std::int64_t best_batch_ = 0;
+  baton::Timestamp best_at_;  // when best_ came: its epoch and batch go into the checkpoint
   std::string load_warning_;
 };
 

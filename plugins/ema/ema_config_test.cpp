@@ -87,6 +87,31 @@ TEST_SUITE("ema_plugin") {
     }
   }
 
+  TEST_CASE("the getters' errors say what the key is for") {
+    // The whole message, so a change in how PluginConfig words its errors shows here, where plugin authors look.
+    CHECK(config_error("smoothing = 1.5") ==
+          "run.toml:1:13: plugins.ema.smoothing: expected a number in [0, 1] (the weight kept per update), got float "
+          "1.5");
+    CHECK(config_error("smoothing = 0.9\nupdate_interval = \"0ba\"") ==
+          "run.toml:2:19: plugins.ema.update_interval: expected a time > 0 (a positive number of batches or epochs "
+          "between updates), got string \"0ba\"");
+    CHECK(config_error("smoothing = 0.9\nema_start = \"1.5dur\"") ==
+          "run.toml:2:13: plugins.ema.ema_start: expected a fraction of the run <= 1dur (when averaging starts: a "
+          "fraction of the run in [0, 1], a batch or an epoch), got string \"1.5dur\"");
+    CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"max\", keep = 0 }") ==
+          "run.toml:2:59: plugins.ema.select.keep: expected an integer >= 1 (at least 1 checkpoint to keep), got "
+          "integer 0");
+    // A missing choice lists the choices.
+    CHECK(contains(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }"),
+                   "plugins.ema.select.mode: expected one of \"min\", \"max\", got nothing (the key is missing)"));
+    // TOML's inf is no positive number either.
+    CHECK(contains(config_error("smoothing = 0.9\nwarmup = \"power\"\ninv_gamma = inf"),
+                   "run.toml:3:13: plugins.ema.inv_gamma: expected a finite number, got float inf"));
+    CHECK(contains(config_error("half_life = \"4ba\"\nposthoc = { sigma_rels = [0.05, 0.1], "
+                                "snapshot_every = \"0ep\" }"),
+                   "plugins.ema.posthoc.snapshot_every: expected a time > 0, got string \"0ep\""));
+  }
+
   TEST_CASE("neither half_life nor smoothing is an error naming both keys") {
     std::string error = config_error("eval = \"ema\"");
     CHECK(contains(error, "run.toml"));

@@ -3,7 +3,6 @@
 // best checkpoints. A thin adapter over baton::ExponentialMovingAverage; docs/ema.md describes it for users.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -33,12 +32,8 @@ constexpr const char* kExportFile = "ema.safetensors";
 constexpr const char* kRawLabel = "eval_raw";
 
 std::string byte_size(std::int64_t bytes) {
-  char buffer[48];
-  if (bytes < (1 << 20))
-    std::snprintf(buffer, sizeof buffer, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
-  else
-    std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buffer;
+  if (bytes < (1 << 20)) return format_decimals(static_cast<double>(bytes) / 1024.0, 1) + " KiB";
+  return format_decimals(static_cast<double>(bytes) / (1024.0 * 1024.0), 1) + " MiB";
 }
 
 std::optional<PosthocTracker> make_tracker(const EmaSettings& settings) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baton/durable_file.h"
+#include "baton/time.h"
 #include "ema_files.h"
 
 namespace fs = std::filesystem;
@@ -113,7 +114,7 @@ std::vector<std::string> publish_best(const std::string& best_dir, const Ranking
     }
     if (!present) {
       warnings.push_back("checkpoint selection: " + entry.name + " (" + ranking.metric() + " " +
-                         std::to_string(entry.value) + ") is gone from " + entry.path + " and from " +
+                         format_number(entry.value) + ") is gone from " + entry.path + " and from " +
                          copy.string() + "; it is left out of best/");
       continue;
     }

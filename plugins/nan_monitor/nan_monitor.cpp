@@ -1,7 +1,6 @@
 // nan_monitor: fails the run on a non-finite training loss, before the backward pass and the optimizer step can
 // carry it into the weights (Composer's NaNMonitor, which catches nan; inf is caught too). docs/algorithms.md has
 // the details.
-#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -13,11 +12,6 @@
 #include "baton/plugin.h"
 
 namespace {
-
-std::string describe(double value) {
-  if (std::isnan(value)) return "nan";
-  return value > 0 ? "inf" : "-inf";
-}
 
 class NanMonitor final : public baton::Callback {
  public:
@@ -37,7 +31,7 @@ class NanMonitor final : public baton::Callback {
     // Before the batch ends the timestamp counts the batches before it: this one is number batch + 1.
     const std::int64_t batch = now.batch + 1;
     std::string value = "is non-finite on another rank";
-    if (!at::isfinite(loss).all().item<bool>()) value = loss.numel() == 1 ? "is " + describe(loss.item<double>())
+    if (!at::isfinite(loss).all().item<bool>()) value = loss.numel() == 1 ? "is " + baton::format_number(loss.item<double>())
                                                                           : "has non-finite elements";
     throw baton::Error("nan_monitor: the training loss of batch " + std::to_string(batch) + " (epoch " +
                        std::to_string(now.epoch + 1) + ", batch " + std::to_string(now.batch_in_epoch + 1) +

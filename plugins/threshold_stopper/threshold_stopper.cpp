@@ -31,10 +31,9 @@ class ThresholdStopper final : public baton::monitors::MetricStopper {
     const bool crossed = goal_ == Goal::maximize ? value > threshold_ : value < threshold_;
     if (!crossed || too_late(state)) return;
     const auto& now = state.timestamp();
-    memory_.stop(state, "threshold_stopper: " + monitor_ + " " + baton::monitors::format_value(value) +
+    memory_.stop(state, "threshold_stopper: " + monitor_ + " " + baton::format_number(value) +
                             (goal_ == Goal::maximize ? " > " : " < ") + "threshold " +
-                            baton::monitors::format_value(threshold_) + " at " +
-                            baton::monitors::format_time(now.epoch, now.batch));
+                            baton::format_number(threshold_) + " at " + baton::format_timestamp(now));
   }
 
   bool stop_on_batch_;

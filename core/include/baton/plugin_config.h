@@ -81,18 +81,39 @@ class BATON_API PluginConfig {
   Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units, TimeZero zero) const {
     return has(key) ? get_time(key, units, zero) : fallback;
   }
+  /// get_time whose errors also say what the key is for, after what was expected: "plugins.ema.update_interval:
+  /// expected a time > 0 (the interval between updates), got string \"0ba\"". A plugin gives a reason instead
+  /// of writing the check again to word its message.
+  Time get_time(std::string_view key, const std::vector<TimeUnit>& units, TimeZero zero,
+                std::string_view meaning) const;
+  Time get_time_or(std::string_view key, Time fallback, const std::vector<TimeUnit>& units, TimeZero zero,
+                   std::string_view meaning) const {
+    return has(key) ? get_time(key, units, zero, meaning) : fallback;
+  }
   /// A number (an integer is accepted) in `range`, else a ConfigError at the key: "expected a number > 0, got
   /// float -0.5". Missing: an error, or the fallback for the _or form (not checked).
   double get_number(std::string_view key, Range range) const;
   double get_number_or(std::string_view key, double fallback, Range range) const {
     return has(key) ? get_number(key, range) : fallback;
   }
+  /// With what the number means: "expected a number in [0, 1] (the weight kept per update), got float 1.5".
+  double get_number(std::string_view key, Range range, std::string_view meaning) const;
+  double get_number_or(std::string_view key, double fallback, Range range, std::string_view meaning) const {
+    return has(key) ? get_number(key, range, meaning) : fallback;
+  }
   /// An integer in `range`.
   std::int64_t get_int(std::string_view key, Range range) const;
   std::int64_t get_int_or(std::string_view key, std::int64_t fallback, Range range) const {
     return has(key) ? get_int(key, range) : fallback;
   }
-  /// A string that is one of `choices`: "expected one of \"fp32\", \"amp_bf16\", got string \"fp8\"".
+  /// With what the integer means: "expected an integer >= 1 (the checkpoints to keep), got integer 0".
+  std::int64_t get_int(std::string_view key, Range range, std::string_view meaning) const;
+  std::int64_t get_int_or(std::string_view key, std::int64_t fallback, Range range,
+                          std::string_view meaning) const {
+    return has(key) ? get_int(key, range, meaning) : fallback;
+  }
+  /// A string that is one of `choices`: "expected one of \"fp32\", \"amp_bf16\", got string \"fp8\"". A
+  /// missing key lists them too: "expected one of \"min\", \"max\", got nothing (the key is missing)".
   std::string get_choice(std::string_view key, const std::vector<std::string>& choices) const;
   std::string get_choice_or(std::string_view key, const std::string& fallback,
                             const std::vector<std::string>& choices) const {
