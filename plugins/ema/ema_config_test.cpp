@@ -70,7 +70,6 @@ TEST_SUITE("ema_plugin") {
         {"smoothing = 0.9\nsharded = \"yes\"", "run.toml:2:11: plugins.ema.sharded", "boolean"},
         {"smoothing = 0.9\neval = \"all\"", "run.toml:2:8: plugins.ema.eval", "\"ema\", \"raw\", \"both\""},
         {"smoothing = 0.9\nselect = { mode = \"max\" }", "plugins.ema.select.metric", "missing"},
-        {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }", "plugins.ema.select.mode", "missing"},
         {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"best\" }",
          "run.toml:2:45: plugins.ema.select.mode", "\"min\", \"max\""},
         {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"max\", keep = 0 }",
@@ -85,6 +84,11 @@ TEST_SUITE("ema_plugin") {
       CHECK(contains(error, c.where));
       CHECK(contains(error, c.says));
     }
+  }
+
+  TEST_CASE("select without mode is accepted: the metric's own direction ranks (ema_selection_test)") {
+    CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }") == "");
+    CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\", keep = 2 }") == "");
   }
 
   TEST_CASE("neither half_life nor smoothing is an error naming both keys") {

@@ -178,6 +178,53 @@ TEST_SUITE("ema_plugin") {
     check_best_folder(dir, final_best);  // the rerun, being exact, selects the same again
   }
 
+  TEST_CASE("without mode selection ranks by the metric's own direction (accuracy: the max); mode overrides it") {
+    struct Case {
+      std::string metric;
+      std::string mode;  // "": not given
+      bool maximize;     // what the ranking must be
+    };
+    for (const Case& c : {Case{"eval/accuracy", "", true}, Case{"eval/accuracy", "min", false},
+                          Case{"eval/loss", "", false}, Case{"eval/loss", "max", true}}) {
+      CAPTURE(c.metric);
+      CAPTURE(c.mode);
+      auto dir = baton::test::scratch_dir("ema-select-direction-" + c.metric.substr(5) + "-" + c.mode);
+      auto options = selecting_options(dir);  // an evaluation and a checkpoint at each of 6 batches
+      options.keep_last = 0;
+      auto trainer = make_trainer(options);
+      auto ema = load_ema("smoothing = 0.5\nselect = { metric = \"" + c.metric + "\", keep = 1" +
+                          (c.mode.empty() ? std::string() : ", mode = \"" + c.mode + "\"") + " }");
+      trainer->add_plugin("ema", ema.plugin);
+      auto result = trainer->fit();
+      REQUIRE(result.evals.size() == 6);
+      const auto best = expected_best(result.evals, c.metric, c.maximize, 1);
+      // The run's best and worst differ, so the other direction would have kept another checkpoint.
+      REQUIRE(best[0].value != expected_best(result.evals, c.metric, !c.maximize, 1)[0].value);
+      check_best_folder(dir, best);
+      CHECK(read_json(dir / "best" / "best.json")["mode"] == (c.maximize ? "max" : "min"));
+    }
+  }
+
+  TEST_CASE("without mode, a metric of no known direction is refused before the run starts, at its key") {
+    auto dir = baton::test::scratch_dir("ema-select-undirected");
+    auto trainer = make_trainer(selecting_options(dir));
+    // ema/smoothing is logged (the plugin declares it), but no one says which way is better.
+    auto ema = load_ema("smoothing = 0.5\n\nselect = { metric = \"ema/smoothing\" }");
+    trainer->add_plugin("ema", ema.plugin);
+    try {
+      trainer->fit();
+      FAIL("a metric of no known direction was accepted without mode");
+    } catch (const baton::ConfigError& e) {
+      std::string what = e.what();
+      CHECK(contains(what, "run.toml:3:"));
+      CHECK(contains(what, "plugins.ema.select.metric: whether a higher or lower 'ema/smoothing' is better is not "
+                           "known to the run"));
+      CHECK(contains(what, "set mode = \"max\" or \"min\" beside it"));
+    }
+    CHECK(trainer->state().progress.now.batch == 0);  // refused at init: not a batch trained
+    CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
+  }
+
   TEST_CASE("a metric that no pass logs is refused before the run starts, at its key") {
     auto dir = baton::test::scratch_dir("ema-select-unknown");
     auto trainer = make_trainer(selecting_options(dir));
