@@ -113,7 +113,7 @@ void parse_select(const PluginConfig& config, EmaSettings& s) {
   select.table = table;
   select.metric = table.get<std::string>("metric");
   if (select.metric.empty()) table.fail("metric", "expected a metric name such as \"eval/accuracy\"");
-  select.maximize = choice(table, "mode", {"min", "max"}, "") == "max";
+  if (table.has("mode")) select.maximize = choice(table, "mode", {"min", "max"}, "") == "max";
   select.keep = table.get_or<std::int64_t>("keep", 1);
   if (select.keep < 1) table.fail("keep", "expected at least 1 checkpoint to keep, got " + std::to_string(select.keep));
 }
