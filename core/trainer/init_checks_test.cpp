@@ -73,6 +73,13 @@ baton::TrainerOptions with_metrics() {
   return options;
 }
 
+// A trainer whose standalone evaluation or prediction asks for the weight set `weights`.
+std::unique_ptr<baton::Trainer> asking_for(const std::string& weights) {
+  auto options = quiet_options();
+  options.eval_weights = weights;
+  return make_trainer(options, "mlp");
+}
+
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string config_error_of(baton::Trainer& trainer, const std::function<void(baton::Trainer&)>& call) {
@@ -138,9 +145,7 @@ TEST_SUITE("trainer") {
 
   TEST_CASE("--weights: a set a plugin declares is served; another is refused, listing the declared sets") {
     {
-      auto options = quiet_options();
-      options.eval_weights = "average";
-      auto trainer = make_trainer(options, "mlp");
+      auto trainer = asking_for("average");
       auto keeper = std::make_shared<KeepsSets>();
       trainer->add_plugin("keeper", keeper);
       CHECK(trainer->evaluate_standalone().size() == 1);
@@ -148,9 +153,7 @@ TEST_SUITE("trainer") {
       CHECK(keeper->evaluations == 1);
     }
     {
-      auto options = quiet_options();
-      options.eval_weights = "best";
-      auto trainer = make_trainer(options, "mlp");
+      auto trainer = asking_for("best");
       auto keeper = std::make_shared<KeepsSets>();
       trainer->add_plugin("keeper", keeper);
       CHECK(config_error_of(*trainer, [](baton::Trainer& t) { t.evaluate_standalone(); }) ==
@@ -160,9 +163,7 @@ TEST_SUITE("trainer") {
     }
     {
       // Two plugins may keep a set of the same name: it is listed once.
-      auto options = quiet_options();
-      options.eval_weights = "averge";
-      auto trainer = make_trainer(options, "mlp");
+      auto trainer = asking_for("averge");
       trainer->add_plugin("keeper", std::make_shared<KeepsSets>());
       trainer->add_plugin("keeper#2", std::make_shared<KeepsSets>());
       CHECK(config_error_of(*trainer, [](baton::Trainer& t) { t.predict(); }) ==
@@ -170,18 +171,14 @@ TEST_SUITE("trainer") {
             "no such set (did you mean 'average'?); they keep \"average\", \"raw\"");
     }
     {
-      auto options = quiet_options();
-      options.eval_weights = "ema";
-      auto trainer = make_trainer(options, "mlp");
+      auto trainer = asking_for("ema");
       CHECK(config_error_of(*trainer, [](baton::Trainer& t) { t.evaluate_standalone(); }) ==
             "--weights ema: evaluation with the \"ema\" weights asked for, but no plugin of this run keeps more "
             "than one set of weights: run it without --weights, or with a config that loads such a plugin");
     }
     {
       // The handshake of plugins built before State::weight_sets: a request taken at init is served.
-      auto options = quiet_options();
-      options.eval_weights = "ema";
-      auto trainer = make_trainer(options, "mlp");
+      auto trainer = asking_for("ema");
       trainer->add_plugin("older", std::make_shared<TakesRequest>());
       CHECK(trainer->evaluate_standalone().size() == 1);
     }
