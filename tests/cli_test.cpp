@@ -1010,6 +1010,12 @@ TEST_SUITE("cli") {
     CHECK(contains(none.err, "error: --weights ema: evaluation with the \"ema\" weights asked for, but no plugin of "
                              "this run keeps more than one set of weights"));
     CHECK_FALSE(contains(none.out, "accuracy"));
+    // A set that no plugin of the run keeps: refused, naming the sets its plugins do keep.
+    auto unknown = run_baton(dir, {"eval", "ema.toml", "--checkpoint", checkpoint, "--weights", "best"});
+    CHECK(unknown.status == 2);
+    CHECK(contains(unknown.err, "error: --weights best: evaluation with the \"best\" weights asked for, but the "
+                                "plugins of this run keep no such set; they keep \"ema\", \"raw\""));
+    CHECK_FALSE(contains(unknown.out, "accuracy"));
 
     // predict writes each set's outputs and classes; the accuracy of its classes against the targets is the one
     // eval reports for the same weights, and the EMA's outputs are not the raw weights'.

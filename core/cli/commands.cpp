@@ -109,7 +109,7 @@ void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
   }
 }
 
-// eval and predict: a run that writes nothing, quiet, with the weights asked for ("ema", "raw" or "").
+// eval and predict: a run that writes nothing, quiet, with the weight set asked for ("": the plugins' default).
 baton::RunOptions inference_options(const CommonArgs& args, const std::string& weights) {
   baton::RunOptions options;
   options.write_run_dir = false;
@@ -305,16 +305,16 @@ int cli_main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "evaluate a checkpoint on the config's evaluation set");
   add_common(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint, "checkpoint folder")->required();
-  eval->add_option("--weights", weights, "with a plugin that keeps several weight sets (ema): which to evaluate")
-      ->check(CLI::IsMember({"ema", "raw"}));
+  // Any name: the run checks it against the sets its plugins declare (State::weight_sets) once they are loaded.
+  eval->add_option("--weights", weights, "with a plugin that keeps several weight sets: which one to evaluate");
 
   CommonArgs predict_args;
   PredictArgs predict_options;
   auto* predict = app.add_subcommand("predict", "write a checkpoint's outputs and predicted classes on a dataset");
   add_common(predict, predict_args);
   predict->add_option("--checkpoint", predict_options.checkpoint, "checkpoint folder")->required();
-  predict->add_option("--weights", predict_options.weights, "with a plugin that keeps several weight sets (ema): which")
-      ->check(CLI::IsMember({"ema", "raw"}));
+  predict->add_option("--weights", predict_options.weights,
+                      "with a plugin that keeps several weight sets: which one to predict with");
   predict->add_option("-o,--output", predict_options.output, "safetensors file to write")->required();
   predict->add_option("--dataset", predict_options.dataset, "which of the config's datasets: eval (default) or train")
       ->check(CLI::IsMember({"eval", "train"}));

@@ -52,12 +52,18 @@ bool Evaluator::logs_loss() const { return static_cast<bool>(loss_) && !model_.h
 
 std::vector<std::string> Evaluator::metric_names(const std::vector<std::string>& labels) const {
   std::vector<std::string> names;
-  if (!has_data()) return names;
-  for (const auto& label : labels) {
-    if (logs_loss()) names.push_back(key(label, "loss"));
-    for (const auto& m : metrics_) names.push_back(key(label, m.name));
-  }
+  for (auto& [name, higher_is_better] : metric_directions(labels)) names.push_back(std::move(name));
   return names;
+}
+
+std::vector<std::pair<std::string, bool>> Evaluator::metric_directions(const std::vector<std::string>& labels) const {
+  std::vector<std::pair<std::string, bool>> out;
+  if (!has_data()) return out;
+  for (const auto& label : labels) {
+    if (logs_loss()) out.emplace_back(key(label, "loss"), false);
+    for (const auto& m : metrics_) out.emplace_back(key(label, m.name), m.metric->higher_is_better());
+  }
+  return out;
 }
 
 bool Evaluator::owns(const std::string& metric) const {

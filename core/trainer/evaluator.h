@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baton/trainer.h"
@@ -55,6 +56,8 @@ class Evaluator {
   const std::vector<NamedMetric>& metrics() const { return metrics_; }
   /// The names the passes `labels` log on this set, in the order logged (none when the set is empty).
   std::vector<std::string> metric_names(const std::vector<std::string>& labels) const;
+  /// The same names, each with whether a higher value is better (the metric's own answer; a loss: lower).
+  std::vector<std::pair<std::string, bool>> metric_directions(const std::vector<std::string>& labels) const;
   /// accuracy for class targets; mae, rmse, r2 for values; none for an empty set.
   static std::vector<NamedMetric> default_metrics(const DataSpec& spec);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
@@ -12,6 +13,7 @@
 #include "baton/communicator.h"
 #include "sdk/nearest.h"
 #include "baton/time.h"
+#include "trainer/init_checks.h"
 #include "trainer/trainer_impl.h"
 
 namespace fs = std::filesystem;
@@ -214,15 +216,21 @@ void Trainer::Impl::offer_probe() {
 }
 
 // After init every pass is known (plugins add theirs at init), and so is every name the run will log.
+// Their directions too (a loss: lower is better), for plugins that rank by a metric without being told how.
 void Trainer::Impl::complete_metric_names() {
   std::vector<std::string> names = {"train/loss", "lr"};
+  std::map<std::string, bool> higher_is_better = {{"train/loss", false}};
   for_each_eval_set([&](Evaluator& set, Schedule&) {
-    for (auto& name : set.metric_names(state.eval_labels)) names.push_back(std::move(name));
+    for (auto& [name, higher] : set.metric_directions(state.eval_labels)) {
+      higher_is_better[name] = higher;
+      names.push_back(std::move(name));
+    }
   });
   // The run's own first, then what plugins declared, each once.
   for (auto& name : state.metric_names)
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
   state.metric_names = std::move(names);
+  settle_metric_directions(state, std::move(higher_is_better));
 }
 
 void Trainer::Impl::check_watched_metrics() const {
@@ -238,17 +246,12 @@ void Trainer::Impl::check_watched_metrics() const {
   }
 }
 
-// Loads `checkpoint` (when given) after init, for a standalone evaluation or prediction. A plugin that keeps
-// several sets of weights takes the request at init (State::eval_weights); one left untaken would use the raw
-// weights under the name asked for.
+// Loads `checkpoint` (when given) after init, for a standalone evaluation or prediction. A set of weights asked
+// for must be one a plugin of the run declared at init (State::weight_sets): another would be the raw weights
+// under the name asked for.
 void Trainer::Impl::prepare_standalone(const std::string& checkpoint, const char* command) {
   ensure_init();
-  if (!options.eval_weights.empty() && state.eval_weights == options.eval_weights)
-    // A request the run cannot serve is a usage error (exit 2), located at the option.
-    throw ConfigError(SourceLocation{"--weights " + options.eval_weights, 0, 0}, "",
-                      std::string(command) + " with the \"" + options.eval_weights + "\" weights asked for, " +
-                          "but no plugin of this run keeps more than one set of weights (the ema plugin does): " +
-                          "run it without --weights, or with a config that loads such a plugin");
+  check_weight_request(state, options.eval_weights, command);
   if (!checkpoint.empty()) checkpoints.load(checkpoint, /*with_training_state=*/false);
 }
 

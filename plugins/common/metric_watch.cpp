@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 namespace baton::monitors {
 
@@ -12,18 +13,12 @@ std::string read_monitor(const PluginConfig& config) {
   return monitor;
 }
 
-Goal read_goal(const PluginConfig& config, const std::string& monitor) {
-  if (config.has("mode")) {
-    std::string mode = config.get<std::string>("mode");
-    if (mode == "min") return Goal::minimize;
-    if (mode == "max") return Goal::maximize;
-    config.fail("mode", "expected \"min\" (lower is better) or \"max\" (higher is better), got \"" + mode + "\"");
-  }
-  std::string lower = monitor;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* lossy : {"loss", "error", "perplexity"})
-    if (lower.find(lossy) != std::string::npos) return Goal::minimize;
-  return Goal::maximize;
+std::optional<Goal> read_mode(const PluginConfig& config) {
+  if (!config.has("mode")) return std::nullopt;
+  std::string mode = config.get<std::string>("mode");
+  if (mode == "min") return Goal::minimize;
+  if (mode == "max") return Goal::maximize;
+  config.fail("mode", "expected \"min\" (lower is better) or \"max\" (higher is better), got \"" + mode + "\"");
 }
 
 const char* goal_name(Goal goal) { return goal == Goal::minimize ? "min" : "max"; }
@@ -73,12 +68,26 @@ void StopMemory::load(const StateDict& in) {
 MetricStopper::MetricStopper(std::string plugin_name, const PluginConfig& config)
     : name_(std::move(plugin_name)),
       monitor_(read_monitor(config)),
-      goal_(read_goal(config, monitor_)),
+      mode_(read_mode(config)),
       watched_{monitor_, config.full_key("monitor"), config.where("monitor")} {}
 
-void MetricStopper::init(State& state, Logger&) { state.watched_metrics.push_back(watched_); }
+void MetricStopper::init(State& state, Logger&) {
+  state.watched_metrics.push_back(watched_);
+  // Without `mode` the metric's own direction decides: the trainer checks after init that the run knows it.
+  if (!mode_) state.directed_metrics.push_back(watched_);
+}
+
+Goal MetricStopper::goal() const {
+  if (goal_) return *goal_;
+  throw Error(name_ + ": whether a higher or lower '" + monitor_ + "' is better is not known (" + watched_.key +
+              " names a metric whose direction the run does not give); set mode = \"max\" or \"min\"");
+}
 
 void MetricStopper::fit_start(State& state, Logger& logger) {
+  // The run knows every metric's direction once init is complete; a metric it gives none fails at its first use.
+  goal_ = mode_;
+  if (!goal_)
+    if (auto higher = state.higher_is_better(monitor_)) goal_ = *higher ? Goal::maximize : Goal::minimize;
   on_fit_start(logger);
   pass_ = eval_pass_of(monitor_, state);  // known only now: plugins add evaluation passes at init
   set_ = eval_set_of(monitor_);

@@ -1,9 +1,11 @@
 #pragma once
 // What the metric-watching callbacks (early_stopper, threshold_stopper) share: reading `monitor` and `mode`,
-// telling an evaluation pass's metric from the others, and remembering a stop across a resume (stop reasons write
-// values and times with baton::format_number and baton::format_timestamp, as the trainer's lines do). Compiled
-// into each plugin that uses it (plugins share no library).
+// taking the metric's direction from the run when `mode` is not given, telling an evaluation pass's metric from
+// the others, and remembering a stop across a resume (stop reasons write values and times with
+// baton::format_number and baton::format_timestamp, as the trainer's lines do). Compiled into each plugin that uses
+// it (plugins share no library).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "baton/plugin.h"
@@ -16,9 +18,9 @@ enum class Goal { minimize, maximize };
 /// `monitor`: required, a metric name such as "eval/accuracy".
 std::string read_monitor(const PluginConfig& config);
 
-/// `mode`: "min" or "max". Without it, Composer's default: a metric whose name contains "loss", "error" or
-/// "perplexity" (any case) is minimised, every other one maximised.
-Goal read_goal(const PluginConfig& config, const std::string& monitor);
+/// `mode`: "min" or "max", which overrides the metric's own direction; none when the key is absent (the metric's
+/// direction then comes from the run: State::higher_is_better).
+std::optional<Goal> read_mode(const PluginConfig& config);
 
 const char* goal_name(Goal goal);  // "min", "max"
 
@@ -48,10 +50,11 @@ class StopMemory {
   std::string reason_;
 };
 
-/// The event logic the stoppers share: where the monitored metric is fresh and checked (an evaluation pass's at
-/// eval_after_all, when each pass's own metrics and those plugins log at its eval_end are all in; a training or
-/// plugin metric at epoch_end, and at batch_end when `checks_each_batch()`), only between fit_start and fit_end
-/// (`baton eval` checks nothing), and a warning at fit_end when the metric never came.
+/// The event logic the stoppers share: which way is better (`mode`, else the metric's direction, which the run
+/// knows once init is complete: taken at fit_start), where the monitored metric is fresh and checked (an
+/// evaluation pass's at eval_after_all, when each pass's own metrics and those plugins log at its eval_end are
+/// all in; a training or plugin metric at epoch_end, and at batch_end when `checks_each_batch()`), only between
+/// fit_start and fit_end (`baton eval` checks nothing), and a warning at fit_end when the metric never came.
 class MetricStopper : public Callback {
  public:
   MetricStopper(std::string plugin_name, const PluginConfig& config);
@@ -67,20 +70,24 @@ class MetricStopper : public Callback {
   /// Looks at a fresh value of the metric; may stop the run through memory_.
   virtual void check(State& state, double value) = 0;
   virtual bool checks_each_batch() const = 0;
-  /// Called at fit_start before anything else (a plugin's own warnings from load_state_dict).
+  /// Called at fit_start once goal() is known, before anything else (a plugin's own checks of what
+  /// load_state_dict read, which may depend on the direction).
   virtual void on_fit_start(Logger&) {}
   /// Whether the stop the run asks for now would stop nothing (its last batch) or was asked already.
   static bool too_late(const State& state);
+  /// Which way is better, from fit_start on; throws baton::Error when neither `mode` nor the run gives it.
+  Goal goal() const;
 
   const std::string name_;
   const std::string monitor_;
-  const Goal goal_;
+  const std::optional<Goal> mode_;  // `mode`, when given
   const WatchedMetric watched_;  // the monitor, checked against the run's metric names after init
   bool seen_ = false;  // a value of the metric came
   StopMemory memory_;
 
  private:
   void check_latest(State& state);
+  std::optional<Goal> goal_;  // mode_, or the metric's direction as the run gives it at fit_start
   std::string pass_;      // the evaluation pass whose metric this is; "" for a training or plugin metric
   std::string set_;       // the evaluation set it is measured on ("" for the main one)
   bool fitting_ = false;  // between fit_start and fit_end

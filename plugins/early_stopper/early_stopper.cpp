@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "../common/metric_watch.h"
 #include "baton/plugin.h"
@@ -37,7 +38,7 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
 
   void state_dict(baton::StateDict& out) const override {
     out.set_string("monitor", monitor_);
-    out.set_string("mode", baton::monitors::goal_name(goal_));
+    out.set_string("mode", baton::monitors::goal_name(goal()));
     out.set_bool("has_best", best_.has_value());
     if (best_) {
       out.set_double("best", *best_);
@@ -47,17 +48,26 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     memory_.save(out);
   }
 
+  // Kept until fit_start: whether the saved best still counts depends on the direction, which the run gives
+  // only once init is complete (a checkpoint is loaded after init, before fit_start).
   void load_state_dict(const baton::StateDict& in) override {
     best_.reset();
-    load_warning_.clear();
     memory_ = baton::monitors::StopMemory();
+    loaded_ = in;
+  }
+
+ private:
+  void on_fit_start(baton::Logger& logger) override {
+    if (!loaded_) return;
+    const baton::StateDict in = std::move(*loaded_);
+    loaded_.reset();
     if (in.empty()) return;
-    const std::string mode = baton::monitors::goal_name(goal_);
+    const std::string mode = baton::monitors::goal_name(goal());
     if (in.get_string("monitor") != monitor_ || in.get_string("mode") != mode) {
       // The best value of another metric, or of the other direction, says nothing about this one.
-      load_warning_ = "early_stopper: the checkpoint tracked '" + in.get_string("monitor") + "' (mode " +
-                      in.get_string("mode") + "), this run monitors '" + monitor_ + "' (mode " + mode +
-                      "): starting afresh";
+      logger.warn("early_stopper: the checkpoint tracked '" + in.get_string("monitor") + "' (mode " +
+                  in.get_string("mode") + "), this run monitors '" + monitor_ + "' (mode " + mode +
+                  "): starting afresh");
       return;
     }
     if (in.get_bool("has_best")) {
@@ -69,18 +79,13 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     memory_.load(in);
   }
 
- private:
-  void on_fit_start(baton::Logger& logger) override {
-    if (!load_warning_.empty()) logger.warn(load_warning_);
-  }
-
   // Training and plugin metrics: as in Composer, checked at the end of each epoch, and after every batch when
   // patience counts batches.
   bool checks_each_batch() const override { return patience_.unit() == baton::TimeUnit::batch; }
 
-  bool improves(double value) const {
+  bool improves(double value, Goal goal) const {
     if (!std::isfinite(*best_)) return std::isfinite(value);  // anything finite beats a nan or inf best
-    const double gain = goal_ == Goal::minimize ? *best_ - value : value - *best_;
+    const double gain = goal == Goal::minimize ? *best_ - value : value - *best_;
     return gain > 0 && gain > min_delta_;
   }
 
@@ -88,8 +93,9 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
   // `patience` has passed since the best.
   void check(baton::State& state, double value) override {
     seen_ = true;
+    const Goal goal = this->goal();  // at the first value too: a metric without a direction fails there
     const auto& now = state.timestamp();
-    if (!best_ || improves(value)) {
+    if (!best_ || improves(value, goal)) {
       best_ = value;
       best_at_ = now;
       return;
@@ -100,7 +106,7 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
     using baton::format_number;
     memory_.stop(state, "early_stopper: " + monitor_ + " has not improved on its best (" + format_number(*best_) +
                             " at " + baton::format_timestamp(best_at_) + ", mode " +
-                            baton::monitors::goal_name(goal_) + ") by more than " + format_number(min_delta_) +
+                            baton::monitors::goal_name(goal) + ") by more than " + format_number(min_delta_) +
                             " for more than " + patience_.str() + ": " + format_number(value) + " at " +
                             baton::format_timestamp(now));
   }
@@ -109,7 +115,7 @@ class EarlyStopper final : public baton::monitors::MetricStopper {
   double min_delta_;
   std::optional<double> best_;
   baton::Timestamp best_at_;  // when best_ came: its epoch and batch go into the checkpoint
-  std::string load_warning_;
+  std::optional<baton::StateDict> loaded_;  // what load_state_dict was given, applied at fit_start
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // worked out by hand in each case.
 #include "baton_test.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,12 @@ using namespace monitor_test;
 
 namespace {
 
+// The directions a trainer gives its metrics after init (State::metric_higher_is_better): losses lower,
+// accuracy higher, mae lower (its metric says so; its name does not).
+const std::map<std::string, bool> kDirections = {{"train/loss", false},   {"eval/loss", false},
+                                                 {"eval/accuracy", true},  {"eval/mae", false},
+                                                 {"eval_raw/loss", false}, {"eval_raw/accuracy", true}};
+
 // A run of 10 epochs of 4 batches, evaluated once per epoch by the "eval" pass (and "eval_raw" when asked).
 struct Driver {
   baton::LoadedPlugin plugin;
@@ -19,6 +26,7 @@ struct Driver {
 
   explicit Driver(const std::string& toml, std::vector<std::string> labels = {"eval"})
       : plugin(load_plugin(BATON_PLUGIN_FILE, "early_stopper", toml)) {
+    state.metric_higher_is_better = kDirections;
     state.eval_labels = std::move(labels);
     state.progress.max_duration = baton::Time(10, baton::TimeUnit::epoch);
     state.progress.batches_per_epoch = 4;
@@ -96,6 +104,67 @@ TEST_SUITE("early_stopper") {
     // The same rising accuracies with mode = "min": every one is worse than the first; stop at ep 3.
     Driver inverted("monitor = \"eval/accuracy\"\nmode = \"min\"");
     CHECK(inverted.accuracies({0.5, 0.6, 0.7, 0.8}) == 3);
+  }
+
+  TEST_CASE("without mode the metric's own direction decides: a lower-is-better mae is minimised; mode overrides") {
+    // eval/mae 1.0, 0.8, 0.9, 0.85: best 0.8 at ep 2, ep 3 waits 1, ep 4 waits 2 > 1: stop at ep 4. Maximised (as a
+    // guess from the name would have it) the best would be 1.0 at ep 1 and the stop at ep 3.
+    auto run = [](Driver& d) {
+      int epochs = 0;
+      for (double v : {1.0, 0.8, 0.9, 0.85, 0.1}) {
+        d.epoch({{"eval/loss", 1.0}, {"eval/mae", v}});
+        ++epochs;
+        if (d.state.stop_requested()) break;
+      }
+      return epochs;
+    };
+    Driver mae("monitor = \"eval/mae\"");
+    CHECK(run(mae) == 4);
+    CHECK(contains(mae.state.stop_reason(), "eval/mae has not improved on its best (0.8 at ep 2 ba 8, mode min)"));
+
+    Driver inverted("monitor = \"eval/mae\"\nmode = \"max\"");
+    CHECK(run(inverted) == 3);
+    CHECK(contains(inverted.state.stop_reason(), "(1 at ep 1 ba 4, mode max)"));
+
+    // The direction is the run's, not the name's: a metric named like a loss that the run says is better higher.
+    Driver named("monitor = \"eval/loss_ratio\"");
+    named.state.metric_higher_is_better["eval/loss_ratio"] = true;
+    named.plugin.callback->fit_start(named.state, named.logger);
+    int epochs = 0;
+    for (double v : {0.5, 0.75, 0.625, 0.6}) {  // best 0.75 at ep 2; ep 4 waits 2 > 1
+      named.epoch({{"eval/loss_ratio", v}});
+      ++epochs;
+      if (named.state.stop_requested()) break;
+    }
+    CHECK(epochs == 4);
+    CHECK(contains(named.state.stop_reason(), "(0.75 at ep 2 ba 8, mode max)"));
+  }
+
+  TEST_CASE("at init a monitor without mode is named for its direction; one the run gives none fails when checked") {
+    baton::State state;
+    RecordingLogger logger{&state};
+    auto plugin = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "patience = 2\nmonitor = \"eval/mae\"");
+    plugin.callback->init(state, logger);
+    REQUIRE(state.directed_metrics.size() == 1);
+    CHECK(state.directed_metrics[0].metric == "eval/mae");
+    CHECK(state.directed_metrics[0].key == "plugins.early_stopper.monitor");
+    CHECK(state.directed_metrics[0].where.line == 2);
+    REQUIRE(state.watched_metrics.size() == 1);  // and, as every monitor, checked against the names logged
+    CHECK(state.watched_metrics[0].metric == "eval/mae");
+
+    baton::State with_mode;
+    auto told = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "monitor = \"eval/mae\"\nmode = \"min\"");
+    told.callback->init(with_mode, logger);
+    CHECK(with_mode.directed_metrics.empty());
+    CHECK(with_mode.watched_metrics.size() == 1);
+
+    // Without a trainer to refuse it first, a metric of no known direction fails at its first value.
+    Driver unknown("monitor = \"custom/score\"");
+    unknown.logger.log_metric("custom/score", 0.5);
+    CHECK_THROWS_WITH_AS(unknown.plugin.callback->epoch_end(unknown.state, unknown.logger),
+                         doctest::Contains("early_stopper: whether a higher or lower 'custom/score' is better is not "
+                                           "known"),
+                         baton::Error);
   }
 
   TEST_CASE("patience in batches, evaluated every 3 batches: stops at the evaluation that waited more than it") {

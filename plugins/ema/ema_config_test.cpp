@@ -70,7 +70,6 @@ TEST_SUITE("ema_plugin") {
         {"smoothing = 0.9\nsharded = \"yes\"", "run.toml:2:11: plugins.ema.sharded", "boolean"},
         {"smoothing = 0.9\neval = \"all\"", "run.toml:2:8: plugins.ema.eval", "\"ema\", \"raw\", \"both\""},
         {"smoothing = 0.9\nselect = { mode = \"max\" }", "plugins.ema.select.metric", "missing"},
-        {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }", "plugins.ema.select.mode", "missing"},
         {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"best\" }",
          "run.toml:2:45: plugins.ema.select.mode", "\"min\", \"max\""},
         {"smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"max\", keep = 0 }",
@@ -101,15 +100,17 @@ TEST_SUITE("ema_plugin") {
     CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\", mode = \"max\", keep = 0 }") ==
           "run.toml:2:59: plugins.ema.select.keep: expected an integer >= 1 (at least 1 checkpoint to keep), got "
           "integer 0");
-    // A missing choice lists the choices.
-    CHECK(contains(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }"),
-                   "plugins.ema.select.mode: expected one of \"min\", \"max\", got nothing (the key is missing)"));
     // TOML's inf is no positive number either.
     CHECK(contains(config_error("smoothing = 0.9\nwarmup = \"power\"\ninv_gamma = inf"),
                    "run.toml:3:13: plugins.ema.inv_gamma: expected a finite number, got float inf"));
     CHECK(contains(config_error("half_life = \"4ba\"\nposthoc = { sigma_rels = [0.05, 0.1], "
                                 "snapshot_every = \"0ep\" }"),
                    "plugins.ema.posthoc.snapshot_every: expected a time > 0, got string \"0ep\""));
+  }
+
+  TEST_CASE("select without mode is accepted: the metric's own direction ranks (ema_selection_test)") {
+    CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\" }") == "");
+    CHECK(config_error("smoothing = 0.9\nselect = { metric = \"eval/accuracy\", keep = 2 }") == "");
   }
 
   TEST_CASE("neither half_life nor smoothing is an error naming both keys") {

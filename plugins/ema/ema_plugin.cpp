@@ -30,6 +30,9 @@ namespace {
 constexpr const char* kShadowPrefix = "shadow/";
 constexpr const char* kExportFile = "ema.safetensors";
 constexpr const char* kRawLabel = "eval_raw";
+// The weight sets this plugin keeps (State::weight_sets), which `baton eval/predict --weights` may ask for.
+constexpr const char* kEmaSet = "ema";
+constexpr const char* kRawSet = "raw";
 
 std::string byte_size(std::int64_t bytes) {
   if (bytes < (1 << 20)) return format_decimals(static_cast<double>(bytes) / 1024.0, 1) + " KiB";
@@ -60,7 +63,6 @@ class EmaAlgorithm final : public Algorithm {
   explicit EmaAlgorithm(const PluginConfig& config)
       : settings_(parse_settings(config)),
         ema_(settings_.ema),
-        ranking_(settings_.select.metric, settings_.select.maximize, settings_.select.keep),
         posthoc_(make_tracker(settings_)) {}
 
   bool match(Event event, const State&) override {
@@ -106,8 +108,9 @@ class EmaAlgorithm final : public Algorithm {
       case Event::eval_after_all: return on_evaluated(state);
       case Event::predict_start:
         swap_in_if(wants_ema_weights());
-        // Says which set the prediction uses (PredictResult::weights): before ema_start it is the raw one.
-        state.eval_label = ema_.swapped() ? "ema" : "raw";
+        // Says which set the prediction uses (PredictResult::weights): before ema_start it is the raw one. A
+        // request for another plugin's set is that plugin's to name.
+        if (eval_weights_.empty() || keeps(eval_weights_)) state.eval_label = ema_.swapped() ? kEmaSet : kRawSet;
         return;
       case Event::predict_end: return restore_raw();
       case Event::batch_checkpoint:
@@ -151,7 +154,11 @@ class EmaAlgorithm final : public Algorithm {
     }
     started_ = in.get_bool("started");
     updates_ = in.get_int("updates");
-    if (settings_.select.enabled) ranking_discarded_ = !ranking_.load(in);
+    // The ranking is restored at after_load, once its direction is settled (the scalars alone are kept).
+    if (settings_.select.enabled) {
+      saved_selection_.emplace();
+      saved_selection_->set_scalars_json(in.scalars_json());
+    }
     if (posthoc_ && !restart_posthoc_) posthoc_->load(in);
   }
 
@@ -173,15 +180,18 @@ class EmaAlgorithm final : public Algorithm {
   void on_init(State& state) {
     if (state.model == nullptr) throw Error("the ema plugin needs a model");
     model_ = settings_.module.empty() ? state.model : sub_module(*state.model, settings_.module);
-    if (!state.eval_weights.empty() && state.eval_weights != "ema" && state.eval_weights != "raw")
-      throw Error("unknown weights '" + state.eval_weights + "' to evaluate: expected \"ema\" or \"raw\"");
-    // Taking the request (State::eval_weights) tells the trainer that a plugin honours it.
+    // The sets a request may name; the trainer refuses one that no plugin declares. The request stays on State
+    // for the plugin whose set it names.
+    state.weight_sets.insert(state.weight_sets.end(), {kEmaSet, kRawSet});
     eval_weights_ = state.eval_weights;
-    state.eval_weights.clear();
     state.metric_names.insert(state.metric_names.end(), {"ema/smoothing", "ema/half_life_batches"});
-    if (settings_.select.enabled)
-      state.watched_metrics.push_back(WatchedMetric{settings_.select.metric, settings_.select.table.full_key("metric"),
-                                                    settings_.select.table.where("metric")});
+    if (settings_.select.enabled) {
+      const WatchedMetric watched{settings_.select.metric, settings_.select.table.full_key("metric"),
+                                  settings_.select.table.where("metric")};
+      state.watched_metrics.push_back(watched);
+      // Without `mode` the metric's own direction ranks: the trainer checks after init that the run knows it.
+      if (!settings_.select.maximize) state.directed_metrics.push_back(watched);
+    }
     // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
     if (settings_.sharded.value_or(true) && state.communicator && state.world_size > 1) {
       EmaOptions options = settings_.ema;
@@ -203,6 +213,13 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   void on_after_load(State& state, Logger& logger) {
+    settle_selection(state);
+    if (saved_selection_) {
+      if (!ranking_.load(*saved_selection_))
+        logger.warn("ema: the checkpoint's selection ranked checkpoints by another metric or mode; selection by " +
+                    settings_.select.metric + " (" + ranking_.mode() + ") starts afresh");
+      saved_selection_.reset();
+    }
     if (restart_from_weights_) {
       restart_from_weights_ = false;
       ema_.reset(*model_);
@@ -210,11 +227,6 @@ class EmaAlgorithm final : public Algorithm {
       updates_ = started_ ? 1 : 0;
       logger.warn("ema: " + state.last_checkpoint +
                   " holds no EMA state (saved without the ema plugin): the EMA starts from the loaded weights");
-    }
-    if (ranking_discarded_) {
-      ranking_discarded_ = false;
-      logger.warn("ema: the checkpoint's selection ranked checkpoints by another metric or mode; selection by " +
-                  settings_.select.metric + " (" + ranking_.mode() + ") starts afresh");
     }
     ema_.to(target_device(state));
     if (posthoc_) after_load_posthoc(state, logger);
@@ -230,7 +242,23 @@ class EmaAlgorithm final : public Algorithm {
     posthoc_->to(target_device(state));
   }
 
+  // Selection's direction: `mode` when given, else the metric's own, which the run knows once init is complete
+  // (the trainer refuses a metric without one before the run starts). Settled at after_load or fit_start,
+  // whichever comes first.
+  void settle_selection(const State& state) {
+    if (!settings_.select.enabled || selection_settled_) return;
+    std::optional<bool> maximize = settings_.select.maximize;
+    if (!maximize) maximize = state.higher_is_better(settings_.select.metric);
+    if (!maximize)
+      settings_.select.table.fail("metric", "whether a higher or lower '" + settings_.select.metric +
+                                                "' is better is not known to the run; set mode = \"max\" or "
+                                                "\"min\" beside it");
+    ranking_ = Ranking(settings_.select.metric, *maximize, settings_.select.keep);
+    selection_settled_ = true;
+  }
+
   void on_fit_start(State& state, Logger& logger) {
+    settle_selection(state);
     fitting_ = true;
     ema_.to(target_device(state));
     logger.info(settings_.describe(state.progress.batches_per_epoch));
@@ -301,9 +329,12 @@ class EmaAlgorithm final : public Algorithm {
     ++updates_;
   }
 
-  // The set asked for (baton eval/predict --weights), else the configured one; eval_raw is the raw weights' pass.
+  static bool keeps(const std::string& set) { return set == kEmaSet || set == kRawSet; }
+
+  // The set asked for (baton eval/predict --weights; another plugin's set: the raw weights, for that plugin to
+  // swap its own in), else the configured one; eval_raw is the raw weights' pass.
   bool wants_ema_weights() const {
-    if (!eval_weights_.empty()) return eval_weights_ == "ema";
+    if (!eval_weights_.empty()) return eval_weights_ == kEmaSet;
     return settings_.eval != EvalMode::raw;
   }
 
@@ -393,14 +424,15 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   EmaSettings settings_;
-  std::string eval_weights_;  // "ema" or "raw" when the evaluation asked for one set (State::eval_weights)
+  std::string eval_weights_;  // the set a standalone evaluation or prediction asked for (State::eval_weights)
   ExponentialMovingAverage ema_;
-  Ranking ranking_;
+  Ranking ranking_;                         // by the direction settle_selection gives
+  bool selection_settled_ = false;
+  std::optional<StateDict> saved_selection_;  // the checkpoint's scalars, for the ranking at after_load
   torch::nn::Module* model_ = nullptr;
   bool started_ = false;
   std::int64_t updates_ = 0;
   bool restart_from_weights_ = false;
-  bool ranking_discarded_ = false;
   bool fitting_ = false;
   std::optional<Candidate> candidate_;
   std::optional<PosthocTracker> posthoc_;

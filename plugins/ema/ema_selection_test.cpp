@@ -79,6 +79,25 @@ void check_best_folder(const fs::path& run_dir, const std::vector<Entry>& expect
   CHECK(read_bytes(best / "ema.safetensors") == read_bytes(best / expected.front().name / "ema.safetensors"));
 }
 
+// The ConfigError of a run selecting by `select` (the table, on line 3 of run.toml), in a folder named `name`; ""
+// when the run was accepted. A refusal comes at init: not a batch trained, nothing selected.
+std::string refusal(const std::string& name, const std::string& select) {
+  auto dir = baton::test::scratch_dir(name);
+  auto trainer = make_trainer(selecting_options(dir));
+  auto ema = load_ema("smoothing = 0.5\n\nselect = " + select);
+  trainer->add_plugin("ema", ema.plugin);
+  std::string what;
+  try {
+    trainer->fit();
+  } catch (const baton::ConfigError& e) {
+    what = e.what();
+  }
+  CHECK_MESSAGE(!what.empty(), "the run was accepted");
+  CHECK(trainer->state().progress.now.batch == 0);
+  CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
+  return what;
+}
+
 }  // namespace
 
 TEST_SUITE("ema_plugin") {
@@ -178,21 +197,46 @@ TEST_SUITE("ema_plugin") {
     check_best_folder(dir, final_best);  // the rerun, being exact, selects the same again
   }
 
-  TEST_CASE("a metric that no pass logs is refused before the run starts, at its key") {
-    auto dir = baton::test::scratch_dir("ema-select-unknown");
-    auto trainer = make_trainer(selecting_options(dir));
-    auto ema = load_ema("smoothing = 0.5\n\nselect = { metric = \"eval/acc\", mode = \"max\" }");
-    trainer->add_plugin("ema", ema.plugin);
-    try {
-      trainer->fit();
-      FAIL("an unknown metric was accepted");
-    } catch (const baton::ConfigError& e) {
-      std::string what = e.what();
-      CHECK(contains(what, "run.toml:3:"));
-      CHECK(contains(what, "plugins.ema.select.metric"));
-      CHECK(contains(what, "this run logs no metric 'eval/acc' (did you mean 'eval/accuracy'?)"));
+  TEST_CASE("without mode selection ranks by the metric's own direction (accuracy: the max); mode overrides it") {
+    struct Case {
+      std::string metric;
+      std::string mode;  // "": not given
+      bool maximize;     // what the ranking must be
+    };
+    for (const Case& c : {Case{"eval/accuracy", "", true}, Case{"eval/accuracy", "min", false},
+                          Case{"eval/loss", "", false}, Case{"eval/loss", "max", true}}) {
+      CAPTURE(c.metric);
+      CAPTURE(c.mode);
+      auto dir = baton::test::scratch_dir("ema-select-direction-" + c.metric.substr(5) + "-" + c.mode);
+      auto options = selecting_options(dir);  // an evaluation and a checkpoint at each of 6 batches
+      options.keep_last = 0;
+      auto trainer = make_trainer(options);
+      auto ema = load_ema("smoothing = 0.5\nselect = { metric = \"" + c.metric + "\", keep = 1" +
+                          (c.mode.empty() ? std::string() : ", mode = \"" + c.mode + "\"") + " }");
+      trainer->add_plugin("ema", ema.plugin);
+      auto result = trainer->fit();
+      REQUIRE(result.evals.size() == 6);
+      const auto best = expected_best(result.evals, c.metric, c.maximize, 1);
+      // The run's best and worst differ, so the other direction would have kept another checkpoint.
+      REQUIRE(best[0].value != expected_best(result.evals, c.metric, !c.maximize, 1)[0].value);
+      check_best_folder(dir, best);
+      CHECK(read_json(dir / "best" / "best.json")["mode"] == (c.maximize ? "max" : "min"));
     }
-    CHECK(trainer->state().progress.now.batch == 0);  // refused at init: not a batch trained
-    CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
+  }
+
+  TEST_CASE("without mode, a metric of no known direction is refused before the run starts, at its key") {
+    // ema/smoothing is logged (the plugin declares it), but no one says which way is better.
+    const std::string what = refusal("ema-select-undirected", "{ metric = \"ema/smoothing\" }");
+    CHECK(contains(what, "run.toml:3:"));
+    CHECK(contains(what, "plugins.ema.select.metric: whether a higher or lower 'ema/smoothing' is better is not "
+                         "known to the run"));
+    CHECK(contains(what, "set mode = \"max\" or \"min\" beside it"));
+  }
+
+  TEST_CASE("a metric that no pass logs is refused before the run starts, at its key") {
+    const std::string what = refusal("ema-select-unknown", "{ metric = \"eval/acc\", mode = \"max\" }");
+    CHECK(contains(what, "run.toml:3:"));
+    CHECK(contains(what, "plugins.ema.select.metric"));
+    CHECK(contains(what, "this run logs no metric 'eval/acc' (did you mean 'eval/accuracy'?)"));
   }
 }

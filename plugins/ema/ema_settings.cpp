@@ -72,7 +72,7 @@ void parse_select(const PluginConfig& config, EmaSettings& s) {
   select.enabled = true;
   select.table = table;
   select.metric = table.get_text("metric");
-  select.maximize = table.get_choice("mode", {"min", "max"}) == "max";
+  if (table.has("mode")) select.maximize = table.get_choice("mode", {"min", "max"}) == "max";
   select.keep = table.get_int_or("keep", 1, Range::at_least(1), "at least 1 checkpoint to keep");
 }
 

@@ -18,7 +18,7 @@ enum class EvalMode { ema, raw, both };
 struct SelectSettings {
   bool enabled = false;
   std::string metric;    // e.g. "eval/accuracy"
-  bool maximize = true;  // mode = "max"
+  std::optional<bool> maximize;  // mode = "max" / "min"; unset: the metric's own direction (State::higher_is_better)
   std::int64_t keep = 1;
   PluginConfig table;    // the select table, so a metric found missing later is reported at its line
 };

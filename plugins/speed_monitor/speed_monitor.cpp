@@ -16,6 +16,11 @@ void SpeedMonitor::init(State& state, Logger&) {
                             {"throughput/batches_per_sec", "throughput/samples_per_sec",
                              "throughput/device/batches_per_sec", "throughput/device/samples_per_sec",
                              "wall_clock/train", "wall_clock/val", "wall_clock/total"});
+  // More throughput is better, for a stopper or selection without `mode`. The wall-clock times have no better
+  // direction: a stopper on them says which way it watches with `mode`.
+  for (const char* name : {"throughput/batches_per_sec", "throughput/samples_per_sec",
+                           "throughput/device/batches_per_sec", "throughput/device/samples_per_sec"})
+    state.metric_higher_is_better[name] = true;
 }
 
 void SpeedMonitor::before_dataloader(State& state, Logger&) {

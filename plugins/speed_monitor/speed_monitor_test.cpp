@@ -91,6 +91,21 @@ TEST_SUITE("speed_monitor") {
     CHECK_FALSE(resumed.logger.logged("throughput/batches_per_sec"));
   }
 
+  TEST_CASE("at init: its metrics, throughput declared higher-is-better, the wall-clock times without a direction") {
+    Driver d("window_size = 3");
+    d.monitor.init(d.state, d.logger);
+    CHECK(d.state.metric_names.size() == 7);
+    for (const char* name : {"throughput/batches_per_sec", "throughput/samples_per_sec",
+                             "throughput/device/batches_per_sec", "throughput/device/samples_per_sec"}) {
+      CAPTURE(name);
+      CHECK(d.state.higher_is_better(name) == true);
+    }
+    for (const char* name : {"wall_clock/train", "wall_clock/val", "wall_clock/total"}) {
+      CAPTURE(name);
+      CHECK_FALSE(d.state.higher_is_better(name).has_value());
+    }
+  }
+
   TEST_CASE("window_size 1: every batch on its own; the default window is Composer's 100 batches") {
     Driver one("window_size = 1");
     one.batch(0.5, 64);

@@ -28,11 +28,12 @@ class ThresholdStopper final : public baton::monitors::MetricStopper {
   // Strictly beyond the threshold, as Composer compares (torch.greater / torch.less); nan never crosses.
   void check(baton::State& state, double value) override {
     seen_ = true;
-    const bool crossed = goal_ == Goal::maximize ? value > threshold_ : value < threshold_;
+    const bool maximize = goal() == Goal::maximize;
+    const bool crossed = maximize ? value > threshold_ : value < threshold_;
     if (!crossed || too_late(state)) return;
     const auto& now = state.timestamp();
     memory_.stop(state, "threshold_stopper: " + monitor_ + " " + baton::format_number(value) +
-                            (goal_ == Goal::maximize ? " > " : " < ") + "threshold " +
+                            (maximize ? " > " : " < ") + "threshold " +
                             baton::format_number(threshold_) + " at " + baton::format_timestamp(now));
   }
 

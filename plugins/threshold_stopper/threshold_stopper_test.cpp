@@ -3,10 +3,14 @@
 #include "baton_test.h"
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "baton/components.h"
 #include "monitor_test_support.h"
+#include "small_trainer.h"
 
 using namespace monitor_test;
 
@@ -19,6 +23,10 @@ struct Driver {
   RecordingLogger logger{&state};
 
   explicit Driver(const std::string& toml) : plugin(load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", toml)) {
+    // The directions a trainer gives its metrics after init (State::metric_higher_is_better): losses lower,
+    // accuracy higher, rmse lower (its metric says so; its name does not).
+    state.metric_higher_is_better = {
+        {"train/loss", false}, {"eval/loss", false}, {"eval/accuracy", true}, {"eval/rmse", false}};
     state.progress.max_duration = baton::Time(10, baton::TimeUnit::epoch);
     state.progress.batches_per_epoch = 4;
     plugin.callback->fit_start(state, logger);
@@ -39,6 +47,14 @@ struct Driver {
     plugin.callback->eval_before_all(state, logger);
     logger.log_metric("eval/loss", loss);
     logger.log_metric("eval/accuracy", accuracy);
+    plugin.callback->eval_after_all(state, logger);
+  }
+  // An epoch of 4 batches of train/loss 1, then an evaluation that logs `name` = `value`.
+  void epoch_logging(const std::string& name, double value) {
+    for (int i = 0; i < 4; ++i) batch(1.0);
+    end_epoch();
+    plugin.callback->eval_before_all(state, logger);
+    logger.log_metric(name, value);
     plugin.callback->eval_after_all(state, logger);
   }
   // Epochs (4 batches of train/loss 1, then an evaluation) until a stop; returns the epochs run.
@@ -73,6 +89,66 @@ TEST_SUITE("threshold_stopper") {
     // mode = "max" on a loss: stop once it rises above 2 (ep 2).
     Driver rising("monitor = \"eval/loss\"\nthreshold = 2\nmode = \"max\"");
     CHECK(rising.epochs({{1, 0}, {3, 0}, {4, 0}}) == 2);
+  }
+
+  TEST_CASE("without mode the metric's own direction decides: rmse (lower is better) stops below the threshold") {
+    // 0.9, 0.5 (not below), 0.25: stop at ep 3. Maximised (as a guess from the name would have it) it would
+    // have stopped at none of them.
+    Driver d("monitor = \"eval/rmse\"\nthreshold = 0.5");
+    int epochs = 0;
+    for (double v : {0.9, 0.5, 0.25, 0.1}) {
+      d.epoch_logging("eval/rmse", v);
+      ++epochs;
+      if (d.state.stop_requested()) break;
+    }
+    CHECK(epochs == 3);
+    CHECK(d.state.stop_reason() == "threshold_stopper: eval/rmse 0.25 < threshold 0.5 at ep 3 ba 12");
+
+    // mode = "max" overrides: the first value above 0.5 (0.9 at ep 1) stops.
+    Driver up("monitor = \"eval/rmse\"\nthreshold = 0.5\nmode = \"max\"");
+    up.epoch_logging("eval/rmse", 0.9);
+    CHECK(up.state.stop_reason() == "threshold_stopper: eval/rmse 0.9 > threshold 0.5 at ep 1 ba 4");
+  }
+
+  TEST_CASE("through a trainer: the direction comes from the metric; a metric of none is refused at its key") {
+    // A metric whose name says nothing of its direction, constant 0.25, lower is better.
+    struct Spread : baton::Metric {
+      void update(const baton::Outputs&, const baton::Batch&) override {}
+      std::vector<double> sums() const override { return {}; }
+      double compute(const std::vector<double>&) const override { return 0.25; }
+      void reset() override {}
+      bool higher_is_better() const override { return false; }
+    };
+    auto options = baton::test::quiet_options();  // 2 epochs of 3 batches of 32, evaluated after each
+    options.metrics = {{"spread", std::make_shared<Spread>()}};
+    auto trainer = baton::test::make_trainer(options, "mlp");
+    auto stopper = load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"eval/spread\"\nthreshold = 0.5");
+    trainer->add_plugin("threshold_stopper", stopper.plugin);
+    const auto result = trainer->fit();
+    // 0.25 < 0.5 at the first evaluation; maximised it would never have stopped.
+    CHECK(result.stop_reason == "threshold_stopper: eval/spread 0.25 < threshold 0.5 at ep 1 ba 3");
+    CHECK(result.end.batch == 3);
+
+    // "lr" is logged, but no one says which way is better: without mode, refused before the run, at the key.
+    auto lr = baton::test::make_trainer(options, "mlp");
+    auto lr_stopper = load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01");
+    lr->add_plugin("threshold_stopper", lr_stopper.plugin);
+    std::string refused;
+    try {
+      lr->check();
+    } catch (const baton::ConfigError& e) {
+      refused = e.what();
+    }
+    CHECK(contains(refused, "run.toml:1:11: plugins.threshold_stopper.monitor: whether a higher or lower 'lr' is "
+                            "better is not known to the run"));
+    CHECK(contains(refused, "set mode = \"max\" or \"min\" beside it"));
+
+    // With mode the run needs no direction of its own.
+    auto told = baton::test::make_trainer(options, "mlp");
+    auto told_stopper =
+        load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01\nmode = \"min\"");
+    told->add_plugin("threshold_stopper", told_stopper.plugin);
+    CHECK_NOTHROW(told->check());
   }
 
   TEST_CASE("a training metric: checked at epoch_end, and after each batch with stop_on_batch") {

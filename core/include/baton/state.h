@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,10 +133,11 @@ struct BATON_API State {
   std::vector<std::string> eval_labels = {"eval"};
   /// The evaluation pass running now; empty outside evaluation.
   std::string eval_label;
-  /// Which weights a standalone evaluation should use when a plugin keeps more than one set ("ema", "raw");
-  /// empty for the plugin's own default (`baton eval --weights`). A plugin that keeps several sets takes the
-  /// request at init: it keeps the value and clears this field. A request still here after init is an error (no
-  /// plugin of the run can honour it), so the raw weights are never evaluated under another set's name.
+  /// Which weights a standalone evaluation or prediction should use when a plugin keeps more than one set
+  /// (`baton eval/predict --weights`); empty for the plugins' own default. A plugin that keeps several sets
+  /// declares them in weight_sets at init and reads the request here; after init the trainer refuses a request
+  /// that no plugin declared, so the raw weights are never evaluated under another set's name. (A plugin built
+  /// before weight_sets took the request by clearing this field; the trainer accepts that too.)
   std::string eval_weights;
 
   /// The run folder (metrics.jsonl, checkpoints/); empty when the run writes nothing.
@@ -196,6 +198,29 @@ struct BATON_API State {
   /// what Trainer::add_plugin was given otherwise (Composer's state.algorithms and state.callbacks), for a plugin
   /// that does not compose with another.
   std::vector<std::string> plugins;
+
+  /// The weight sets the run's plugins keep, each declared at init by the plugin that keeps it (the EMA plugin:
+  /// "ema" and "raw"): the names eval_weights may ask for. After init the trainer refuses a request none of them
+  /// is, listing those that are, so the command line knows no plugin's sets.
+  std::vector<std::string> weight_sets;
+  /// Whether a higher value is better, by the metric's logged name. A plugin declares its own metrics' at init;
+  /// after init the trainer adds its own: each evaluation pass's metrics (Metric::higher_is_better) and losses
+  /// ("train/loss", "<label>/loss": lower is better), for every pass of eval_labels, a plugin's declaration
+  /// giving way to them. A metric absent here has no known direction ("lr", "ema/smoothing").
+  std::map<std::string, bool> metric_higher_is_better;
+  /// Metrics a plugin compares by their direction (a stopper's `monitor`, the EMA's `select.metric`), named at init
+  /// when its configuration leaves the direction to the metric (no `mode`). After init the trainer checks that
+  /// each logged one has a direction in metric_higher_is_better, so one that has none is a configuration error at
+  /// its key before the run starts, `baton check` included. Name the metric in watched_metrics as well: that check
+  /// reports a name the run never logs.
+  std::vector<WatchedMetric> directed_metrics;
+  /// metric_higher_is_better's entry for `metric`; none while its direction is unknown (before init completes,
+  /// or a metric whose direction no one declares).
+  std::optional<bool> higher_is_better(const std::string& metric) const {
+    auto it = metric_higher_is_better.find(metric);
+    if (it == metric_higher_is_better.end()) return std::nullopt;
+    return it->second;
+  }
 
   // New members go here, after every other one (the layout rule above).
 #ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER

@@ -89,7 +89,8 @@ struct TrainerOptions {
   std::vector<NamedMetric> metrics;
   /// More evaluation sets, evaluated after the main one when both fall due.
   std::vector<EvalSet> eval_sets;
-  /// For evaluation: which weights a plugin that keeps several sets should use ("", "ema", "raw"); see
+  /// For evaluation and prediction: which weight set a plugin that keeps several should use ("": the plugins'
+  /// default), one a plugin of the run declares (State::weight_sets; the EMA plugin: "ema", "raw"); see
   /// State::eval_weights.
   std::string eval_weights;
   int rank = 0;
@@ -179,8 +180,10 @@ class BATON_API Trainer {
 
   /// Fires init (plugins set up, add their evaluation passes, declare their metrics and check the model against
   /// the batches they will make) and checks what is known before a run: every metric a plugin acts on is one the
-  /// run logs (ConfigError at the plugin's key otherwise). fit(), evaluate_standalone() and predict() do this
-  /// first; `baton check` calls it alone. Calling it again does nothing.
+  /// run logs, and has a direction when the plugin takes it from the metric (State::directed_metrics); a
+  /// ConfigError at the plugin's key otherwise. fit(), evaluate_standalone() and predict() do this first (the
+  /// last two also refuse TrainerOptions::eval_weights when no plugin declares that set); `baton check` calls it
+  /// alone. Calling it again does nothing.
   void check();
 
   /// Trains to max_duration (or until a plugin or signal asks to stop). fit_end fires and plugins are closed on
@@ -193,7 +196,7 @@ class BATON_API Trainer {
 
   /// Runs the model over the eval set (or `data`) without gradients, firing predict_start, per batch
   /// predict_batch_start … predict_batch_end (the batch and its outputs on State), predict_end; loads `checkpoint`
-  /// first when given. A plugin keeping several sets of weights (ema) uses the set TrainerOptions::eval_weights
+  /// first when given. A plugin keeping several sets of weights uses the set TrainerOptions::eval_weights
   /// names, as for evaluation. Plugins are closed after it, as after evaluate_standalone.
   PredictResult predict(const std::string& checkpoint = "");
   PredictResult predict(const Dataset& data, const std::string& checkpoint = "");
