@@ -5,20 +5,28 @@
 #   RESULT fd_ema=... fd_raw=... fd_ratio=... ema_ahead=3/3 train_s=...
 # Needs the feature classifier first: build/bin/baton train configs/fashion_mnist.toml. Extra arguments go to
 # `baton train` (e.g. --set trainer.max_duration=200ba).
+#   BATON          the baton executable (default build/bin/baton)
+#   BATON_RUNS     the runs folder (run.dir; default runs): the run is <BATON_RUNS>/fashion_mnist_ddpm
+#   BATON_CLASSIFIER  the fd metric's classifier (default runs/fashion_mnist/model.safetensors)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=configs/fashion_mnist_ddpm.toml
-run=runs/fashion_mnist_ddpm
+baton=${BATON:-build/bin/baton}
+runs=${BATON_RUNS:-runs}
+run=$runs/fashion_mnist_ddpm
+classifier=${BATON_CLASSIFIER:-runs/fashion_mnist/model.safetensors}
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 if [[ ${1:-} != --report-only ]]; then
-  [[ -f runs/fashion_mnist/model.safetensors ]] || {
-    echo "diffusion_bench: no runs/fashion_mnist/model.safetensors: run build/bin/baton train configs/fashion_mnist.toml first" >&2
+  [[ -f $classifier ]] || {
+    echo "diffusion_bench: no $classifier: run $baton train configs/fashion_mnist.toml first" >&2
     exit 2
   }
   rm -rf "$run"
   mkdir -p "$run"
-  build/bin/baton train "$config" --set trainer.progress=false "$@" 2>&1 | tee "$run.log"
+  metric="[{ name = \"fd\", classifier = \"$classifier\", classifier_config = \"configs/fashion_mnist.toml\" }]"
+  "$baton" train "$config" --set trainer.progress=false --set "run.dir=$runs" --set "data.metrics=$metric" "$@" 2>&1 |
+    tee "$run.log"
   mv "$run.log" "$run/train.log"
 fi
 "$python" - "$run" <<'PY'

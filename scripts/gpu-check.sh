@@ -7,13 +7,19 @@
 #   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
 #   BATON_CHECK_DEPS     where the bundle is unpacked (default ~/.cache/baton/gpu-check-deps; outside the checkout)
 #   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
-#   BATON_CHECK_PARTS    the parts to run (default: all, in this order: "amp_bf16 amp_fp16 nccl bench_ema tests")
+#   BATON_CHECK_PARTS    the parts to run (default, in this order: "amp_bf16 amp_fp16 nccl bench_ema tests"; also
+#                        "diffusion", not in the default: minutes of training)
+#   BATON_CHECK_DATA     the folder holding fashion-mnist/ for the diffusion part (default /usr/share/datasets)
+#   BATON_CHECK_DIFFUSION  more `baton train` arguments for the diffusion part, as shell words (e.g.
+#                        "--set trainer.max_duration=20000ba --set 'plugins.ema.posthoc={ sigma_rels = [0.05] }'")
 #   BATON_JOBS           build jobs (default: one per core); the test suite runs half as many at once
 # Prints one RESULT line per part, and ends `gpu-check: N passed, M failed`; exit 1 if a part failed:
 #   build     what the GPU parts need first (the CLI, the ema plugin, two test programs), the rest before the tests
 #   amp_bf16, amp_fp16   a short convnet run with the EMA plugin under each precision on the device
 #   nccl      a one-rank NCCL process group reducing a CUDA tensor
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
+#   diffusion configs/fashion_mnist_ddpm.toml on the device (bench/diffusion_bench.sh: EMA and raw Frechet distances),
+#             the feature classifier from runs/fashion_mnist/model.safetensors, trained on the device when absent
 #   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
 # The GPU parts come before the whole build and the test suite, so that a machine lent for minutes reports them
 # first; a second run reuses the build folder and goes on where the first stopped.
@@ -180,6 +186,40 @@ check_bench_ema() {
   fi
 }
 
+# --- the diffusion example on the device ---
+check_diffusion() {
+  local data=${BATON_CHECK_DATA:-/usr/share/datasets} runs=$dir/runs started=$SECONDS out line
+  local classifier=$source_dir/runs/fashion_mnist/model.safetensors
+  if [[ ! -d $data/fashion-mnist ]]; then
+    result diffusion skipped "no $data/fashion-mnist (BATON_CHECK_DATA)"
+    return
+  fi
+  build_targets "$dir/build.log" diffusion
+  if [[ ! -f $classifier ]]; then
+    classifier=$runs/fashion_mnist/model.safetensors
+    say "training the feature classifier on $device (configs/fashion_mnist.toml)"
+    if ! "$baton" train configs/fashion_mnist.toml --set "run.dir=$runs" --set "data.path=$data/fashion-mnist" \
+         --set "trainer.device=$device" --set trainer.progress=false > "$dir/classifier.log" 2>&1; then
+      tail -15 "$dir/classifier.log"
+      result diffusion fail "the feature classifier did not train (log: $dir/classifier.log)"
+      return
+    fi
+  fi
+  local extra=()
+  eval "extra=(${BATON_CHECK_DIFFUSION:-})"  # shell words, so a TOML value with spaces can be quoted
+  out=$(BATON=$baton BATON_RUNS=$runs BATON_CLASSIFIER=$classifier bench/diffusion_bench.sh \
+        --set "data.path=$data/fashion-mnist" --set "trainer.device=$device" "${extra[@]}" 2>&1)
+  local status=$?
+  echo "$out" | grep -E '^batch |eval(_raw)?: fd|trained to' | tail -40
+  line=$(echo "$out" | grep '^RESULT' | tail -1)
+  if ((status == 0)) && [[ -n $line ]]; then
+    result diffusion ok "device=$device seconds=$((SECONDS - started)) ${line#RESULT }"
+  else
+    echo "$out" | tail -20
+    result diffusion fail "exit $status (run: $runs/fashion_mnist_ddpm)"
+  fi
+}
+
 # --- the test suite ---
 # A few test cases compare with Debian's reference tools (its dataset packages, scikit-learn's data files, numpy and
 # scipy in /usr/bin/python3). A machine without them skips those cases (BATON_TEST_WITHOUT_DEBIAN=1), and says so.
@@ -211,8 +251,9 @@ for part in $parts; do
     amp_bf16 | amp_fp16) check_amp "$part" ;;
     nccl) check_nccl ;;
     bench_ema) check_bench_ema ;;
+    diffusion) check_diffusion ;;
     tests) check_tests ;;
-    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl bench_ema tests)" ;;
+    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl bench_ema diffusion tests)" ;;
   esac
 done
 finish

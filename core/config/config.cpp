@@ -255,10 +255,7 @@ EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<Eva
     if (std::find(known.begin(), known.end(), key) == known.end())
       s.fail(key, "unknown key '" + key + "' for [[eval]]; it reads data, interval, metrics, name, split");
   entry.name = s.get_text("name");
-  if (entry.name == "eval")
-    s.fail("name", "\"eval\" names the evaluation split of [data]; give this set another name");
-  if (entry.name.find_first_of("/ ") != std::string::npos)
-    s.fail("name", "expected a name without '/' or spaces (it is part of metric names), got " + quote(entry.name));
+  if (const std::string problem = eval_set_name_problem(entry.name); !problem.empty()) s.fail("name", problem);
   for (const auto& other : earlier)
     if (other.name == entry.name) s.fail("name", "another [[eval]] is named " + quote(entry.name) + " already");
   if (s.has("data")) {
@@ -480,6 +477,14 @@ Override Override::parse(std::string_view text) {
   while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
   if (key.empty()) throw ConfigError(at, "", "expected section.key=value, got an empty key");
   return Override{std::string(key), std::string(text.substr(eq + 1)), ""};
+}
+
+std::string eval_set_name_problem(const std::string& name) {
+  if (name.empty()) return "expected a name for the evaluation set, got \"\"";
+  if (name == "eval") return "\"eval\" names the evaluation split of [data]; give this set another name";
+  if (name.find_first_of("/ ") != std::string::npos)
+    return "expected a name without '/' or spaces (it is part of metric names), got " + quote(name);
+  return "";
 }
 
 RunConfig parse_config(std::string_view toml_text, const std::string& source, const std::vector<Override>& overrides) {

@@ -124,6 +124,11 @@ struct Override {
   static Override parse(std::string_view text);  // "a.b=c"; throws ConfigError for a missing '=' or empty key
 };
 
+/// Why `name` cannot name an evaluation set besides [data]'s ("" when it can): it is part of metric names
+/// ("eval/<name>/accuracy"), so it is not empty, not "eval", and has no '/' or spaces. The config's [[eval]] and
+/// the Trainer's TrainerOptions::eval_sets both ask this.
+std::string eval_set_name_problem(const std::string& name);
+
 /// Reads and checks a config file. Throws ConfigError (file missing or unreadable included).
 RunConfig load_config(const std::string& path, const std::vector<Override>& overrides = {});
 /// The same for a TOML text; `source` names it in errors.

@@ -24,7 +24,7 @@ namespace baton {
 PrefetchOptions loader_options(const TrainerOptions& options) {
   PrefetchOptions out;
   out.workers = options.workers;
-  out.prefetch = options.prefetch;
+  out.prefetch = options.prefetch > 0 ? options.prefetch : 2 * std::max(1, options.workers);
   out.device = at::Device(options.device);
   return out;
 }

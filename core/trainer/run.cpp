@@ -52,13 +52,6 @@ void keep_freed_memory() {
 #endif
 }
 
-std::string read_config_text(const RunConfig& config) {
-  std::ifstream in(config.source);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::string count_text(std::int64_t n, const std::string& what) {
   return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
 }
@@ -296,7 +289,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   t.save_interval = config.checkpoint.save_interval;
   t.keep_last = config.checkpoint.keep_last;
   t.resume = options.resume;
-  t.config_text = config.resolved_text.empty() ? read_config_text(config) : config.resolved_text;
+  t.config_text = config.resolved_text;
   t.trace = options.trace;
   t.quiet = options.quiet;
   t.progress = config.trainer.progress;

@@ -11,6 +11,7 @@
 #include <c10/core/GradMode.h>
 
 #include "baton/communicator.h"
+#include "config/config.h"
 #include "sdk/nearest.h"
 #include "baton/time.h"
 #include "trainer/init_checks.h"
@@ -91,7 +92,9 @@ Precision checked_precision(const TrainerOptions& options) {
 // The loader's settings are checked with the trainer's, before any thread starts.
 PrefetchOptions checked_loader_options(const TrainerOptions& options) {
   if (options.workers < 0) throw Error("trainer: workers must be >= 0, got " + std::to_string(options.workers));
-  if (options.workers > 0 && options.prefetch < options.workers)
+  if (options.prefetch < 0)
+    throw Error("trainer: prefetch must be >= 0 (0: two per worker), got " + std::to_string(options.prefetch));
+  if (options.workers > 0 && options.prefetch > 0 && options.prefetch < options.workers)
     throw Error("trainer: prefetch (" + std::to_string(options.prefetch) + ") must be at least workers (" +
                 std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
   return loader_options(options);
@@ -159,8 +162,8 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
 
 void Trainer::Impl::add_eval_sets() {
   for (const auto& set : options.eval_sets) {
-    if (set.name.empty() || set.name == "eval" || set.name.find('/') != std::string::npos)
-      throw Error("an evaluation set needs a name other than \"eval\", without '/' (got \"" + set.name + "\")");
+    if (const std::string problem = eval_set_name_problem(set.name); !problem.empty())
+      throw Error("evaluation set \"" + set.name + "\": " + problem);
     if (!set.data) throw Error("evaluation set '" + set.name + "' has no data (a null dataset)");
     for (const auto& other : extra_sets)
       if (other.evaluator->set() == set.name) throw Error("two evaluation sets are named '" + set.name + "'");

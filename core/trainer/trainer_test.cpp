@@ -469,6 +469,34 @@ TEST_SUITE("trainer") {
     CHECK(result.evals.back().metrics.at("eval/loss") == doctest::Approx(mse).epsilon(1e-5));
   }
 
+  TEST_CASE("an evaluation set's name follows the config's rule: no spaces, no '/', not \"eval\"") {
+    auto data = std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(32, 7));
+    baton::ModelSpec spec;
+    spec.name = "mlp";
+    spec.widths = {8};
+    auto model = baton::make_model(spec);
+    for (const std::string name : {"my set", "a/b", "eval", ""}) {
+      auto options = quiet_options();
+      baton::EvalSet set;
+      set.name = name;
+      set.data = data;
+      options.eval_sets = {set};
+      auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.1));
+      std::string error;
+      try {
+        baton::Trainer trainer(model, optimizer, data, data, options);
+      } catch (const baton::Error& e) {
+        error = e.what();
+      }
+      CAPTURE(name);
+      CHECK(error == "evaluation set \"" + name + "\": " + baton::eval_set_name_problem(name));
+      CHECK_FALSE(baton::eval_set_name_problem(name).empty());
+    }
+    CHECK(baton::eval_set_name_problem("my_set").empty());
+    CHECK(baton::eval_set_name_problem("my set") ==
+          "expected a name without '/' or spaces (it is part of metric names), got \"my set\"");
+  }
+
   TEST_CASE("an extra evaluation set runs at its own interval, under its name, with its own metrics") {
     // Main evaluation every 2 epochs, a "train" set (the training samples) every epoch with top_k (k = 2): epoch 1
     // has the set alone, epoch 2 both, in one record. Its values are checked against the model's own outputs.

@@ -51,7 +51,7 @@ struct TrainerOptions {
   /// `prefetch` batches ahead of the one being trained on (or evaluated, or predicted). 0 workers: each batch is
   /// fetched in the trainer's thread when it is needed. Every setting trains on the same batches in the same order.
   int workers = 1;
-  int prefetch = 2;  // >= workers when workers > 0
+  int prefetch = 0;  // 0: two per worker (the config's default too); else at least `workers`
   std::uint64_t seed = 42;     // data order; the caller seeds model initialisation
   bool shuffle = true;         // false: every epoch in the dataset's order (a sequential sampler)
   /// Intra-op threads for the run (at::set_num_threads); 0 leaves LibTorch's setting as it is.
