@@ -15,12 +15,9 @@ namespace baton {
 struct Trainer::Impl::OwnStep final : StepContext {
   explicit OwnStep(Impl& trainer) : t(trainer) {}
   torch::optim::Optimizer& optimizer(const std::string& name) override {
-    std::string names;
-    for (const auto& o : t.optimizers) {
+    for (const auto& o : t.optimizers)
       if (o.name == name) return *o.optimizer;
-      names += (names.empty() ? "" : ", ") + o.name;
-    }
-    throw Error("the model has no optimizer '" + name + "' (its optimizers: " + names + ")");
+    throw Error("the model has no optimizer '" + name + "' (its optimizers: " + optimizer_names(t.optimizers) + ")");
   }
   void backward(const at::Tensor& loss) override { t.backward(loss); }
   at::Tensor backward_in_microbatches(const Batch& batch,

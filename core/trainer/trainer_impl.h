@@ -30,6 +30,9 @@
 
 namespace baton {
 
+/// "generator, discriminator": the run's optimizers by name, for errors (trainer_setup.cpp).
+std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers);
+
 struct Trainer::Impl {
   Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in, std::shared_ptr<const Dataset> train_in,
        std::shared_ptr<const Dataset> eval_in, TrainerOptions options_in);

@@ -38,12 +38,6 @@ std::vector<double> initial_lrs(const std::vector<NamedOptimizer>& optimizers) {
   return lrs;
 }
 
-std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
-  std::string names;
-  for (const auto& o : optimizers) names += (names.empty() ? "" : ", ") + o.name;
-  return names;
-}
-
 // The run's optimizers: the model's own, or the one given (named "optimizer"); never both.
 std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer) {
   if (!model.optimizers().empty()) {
@@ -101,6 +95,12 @@ PrefetchOptions checked_loader_options(const TrainerOptions& options) {
 }
 
 }  // namespace
+
+std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
+  std::string names;
+  for (const auto& o : optimizers) names += (names.empty() ? "" : ", ") + o.name;
+  return names;
+}
 
 Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
                     std::shared_ptr<const Dataset> train_in, std::shared_ptr<const Dataset> eval_in,
