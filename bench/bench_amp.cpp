@@ -32,7 +32,7 @@ constexpr int kRepeats = 5;
 struct Config {
   const char* name;
   bool channels_last;
-  const char* precision;
+  baton::Precision precision;
   double best = 1e30;  // seconds per step
 };
 
@@ -76,10 +76,11 @@ int main() {
   loader_options.search_paths = {BATON_BENCH_BUILTIN_PLUGIN_DIR};
   loader_options.allow_insecure = true;  // the build folder
   baton::PluginLoader loader(loader_options);
-  std::vector<Config> configs{{"fp32", false, "fp32"},
-                              {"channels_last", true, "fp32"},
-                              {"amp_bf16", false, "amp_bf16"},
-                              {"amp_bf16 + channels_last", true, "amp_bf16"}};
+  using baton::Precision;
+  std::vector<Config> configs{{"fp32", false, Precision::fp32},
+                              {"channels_last", true, Precision::fp32},
+                              {"amp_bf16", false, Precision::amp_bf16},
+                              {"amp_bf16 + channels_last", true, Precision::amp_bf16}};
   std::printf("convnet 32-64, batch %lld, steps %lld to %lld of each run timed, best of %d, %d threads\n",
               static_cast<long long>(kBatchSize), static_cast<long long>(kUntimed + 1),
               static_cast<long long>(kBatches), kRepeats, at::get_num_threads());

@@ -112,7 +112,7 @@ struct Config {
 
 baton::TrainerOptions run_options(int workers, int prefetch) {
   baton::TrainerOptions options = bench::steps_only(kBatches, kBatchSize);
-  options.precision = "amp_bf16";
+  options.precision = baton::Precision::amp_bf16;
   options.workers = workers;
   options.prefetch = prefetch;
   return options;

@@ -129,10 +129,11 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   options.allow_insecure_plugins = args.allow_insecure;
   auto run = baton::build_run(config, options);
   auto& logger = run->trainer->logger();
-  logger.info("baton: run folder " + run->run_dir + ", " + std::to_string(config.data.batch_size) +
-              " per batch, max_duration " + config.trainer.max_duration.str());
+  logger.info("baton: run folder " + run->run_dir + ", " + std::to_string(config.settings.batch_size) +
+              " per batch, max_duration " + config.settings.max_duration.str());
   logger.info("baton: BLAS " + baton::blas_description() + ", " + std::to_string(at::get_num_threads()) +
-              " threads, device " + config.trainer.device + ", precision " + config.trainer.precision);
+              " threads, device " + config.settings.device + ", precision " +
+              baton::precision_name(config.settings.precision));
   logger.info("baton: " + baton::cli::openmp_wait_description());
   for (const auto& p : run->plugins)
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);

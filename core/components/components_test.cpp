@@ -121,7 +121,7 @@ TEST_SUITE("components") {
     const DatasetSplits splits = build_component(components().datasets, ok.data, "data", context);
     CHECK(splits.train->size() == 8);
     CHECK(splits.eval->size() == 4);
-    CHECK(ok.data.batch_size == 2);
+    CHECK(ok.settings.batch_size == 2);
     const RunConfig missing = parse("[data]\nname = \"idx\"\npath = \"no/such\"\n");
     CHECK(test::error_text<ConfigError>([&] {
             build_component(components().datasets, missing.data, "data", context);

@@ -68,32 +68,26 @@ void record_locations(const PluginConfig& view, const std::string& section, cons
   for (const auto& key : view.keys()) (*ctx.locations)[section + "." + key] = view.where(key);
 }
 
-Time read_time(const PluginConfig& s, std::string_view key, Time fallback, const std::vector<TimeUnit>& units,
-               TimeZero zero) {
-  if (!s.has(key)) return fallback;
-  return s.get_time(key, units, zero);  // (a fraction beyond 1dur is refused there, for every key)
+// A time in any unit the key's section allows (setting_problems checks each key's own units and zero rule).
+Time read_time(const PluginConfig& s, std::string_view key, Time fallback) {
+  return s.has(key) ? s.get_time(key, {}) : fallback;  // (a fraction beyond 1dur is refused there, for every key)
 }
 
-std::string read_device(const PluginConfig& s, std::string_view key, const std::string& fallback) {
-  if (!s.has(key)) return fallback;
-  const std::string device = s.get<std::string>(key);
-  const bool valid =
-      device == "cpu" || device == "cuda" || (device.rfind("cuda:", 0) == 0 && is_digits(device.substr(5)));
-  if (!valid) s.fail(key, "expected \"cpu\", \"cuda\" or \"cuda:N\", got string " + quote(device));
-  return device;
+// The keys of baton's own sections are read for their types here; what their values may be is
+// setting_problems', which the Trainer asks too.
+std::int64_t read_int(const PluginConfig& s, std::string_view key, std::int64_t fallback) {
+  return s.get_or<std::int64_t>(key, fallback);
 }
 
 const Range kAtLeastOne = Range::at_least(1);
-const Range kNonNegative = Range::at_least(0);
-// More loader threads than cores can pay for a dataset that waits on storage; this many is a typo.
-constexpr double kMaxWorkers = 256;
 
 // ---- sections ----
 
-void read_run(const PluginConfig& s, RunSection& run) {
+void read_run(const PluginConfig& s, RunSection& run, TrainerSettings& settings) {
   run.name = s.get_text_or("name", run.name);
   run.dir = s.get_text_or("dir", run.dir);
-  run.seed = s.get_int_or("seed", run.seed, kNonNegative);
+  const std::int64_t seed = s.get_int_or("seed", static_cast<std::int64_t>(settings.seed), Range::at_least(0));
+  settings.seed = static_cast<std::uint64_t>(seed);
 }
 
 // The generic keys of a component section; the component reads the rest when it is built.
@@ -102,43 +96,36 @@ void read_component(const PluginConfig& s, ComponentSection& out, const std::str
   out.config = s;
 }
 
-void read_data(const PluginConfig& s, DataSection& data) {
+void read_data(const PluginConfig& s, DataSection& data, TrainerSettings& settings) {
   if (s.has("dataset"))
     s.fail("dataset", "the dataset is chosen with [data] name = \"...\" (the key was renamed)");
   read_component(s, data, "fashion-mnist");
-  data.batch_size = s.get_int_or("batch_size", data.batch_size, kAtLeastOne);
-  data.eval_batch_size = s.get_int_or("eval_batch_size", data.eval_batch_size, kAtLeastOne);
+  settings.batch_size = read_int(s, "batch_size", settings.batch_size);
+  settings.eval_batch_size = read_int(s, "eval_batch_size", settings.eval_batch_size);
   // The loader's keys are the trainer's, not the dataset component's: read here, they are not unknown keys to it.
-  data.workers = s.get_int_or("workers", data.workers, Range::closed(0, kMaxWorkers));
-  data.prefetch = s.get_int_or("prefetch", 2 * data.workers, kAtLeastOne);
-  if (data.workers > 0 && data.prefetch < data.workers)
-    s.fail("prefetch", "expected at least workers (" + std::to_string(data.workers) +
-                           ": each worker fetches one of the batches ahead), got " + std::to_string(data.prefetch));
+  settings.workers = read_int(s, "workers", settings.workers);
+  settings.prefetch = read_int(s, "prefetch", settings.prefetch);
   for (auto& [name, view] : s.get_entries("metrics")) data.metrics.push_back(ComponentSection{name, view});
 }
 
-void read_trainer(const PluginConfig& s, TrainerSection& trainer) {
-  trainer.max_duration = read_time(s, "max_duration", trainer.max_duration,
-                                   {TimeUnit::epoch, TimeUnit::batch, TimeUnit::sample}, TimeZero::rejected);
-  trainer.eval_interval = read_time(s, "eval_interval", trainer.eval_interval,
-                                    {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration}, TimeZero::allowed);
-  trainer.device = read_device(s, "device", trainer.device);
-  trainer.threads = s.get_int_or("threads", trainer.threads, kNonNegative);
-  trainer.log_interval = read_time(s, "log_interval", trainer.log_interval, {TimeUnit::batch}, TimeZero::rejected);
-  trainer.microbatch_size = s.get_int_or("microbatch_size", trainer.microbatch_size, kNonNegative);
-  trainer.precision = s.get_choice_or("precision", trainer.precision, {"fp32", "amp_bf16", "amp_fp16"});
-  if (s.has("precision") && trainer.precision == "amp_fp16" && trainer.device.rfind("cuda", 0) != 0)
-    s.fail("precision", "amp_fp16 needs a CUDA device (trainer.device is \"" + trainer.device +
-                            "\"); on the CPU use amp_bf16, which needs no loss scaling");
-  trainer.progress = s.get_or<bool>("progress", trainer.progress);
-  trainer.allow_nonfinite = s.get_or<bool>("allow_nonfinite", trainer.allow_nonfinite);
+void read_trainer(const PluginConfig& s, TrainerSettings& settings) {
+  settings.max_duration = read_time(s, "max_duration", settings.max_duration);
+  settings.eval_interval = read_time(s, "eval_interval", settings.eval_interval);
+  settings.device = s.get_or<std::string>("device", settings.device);
+  settings.threads = read_int(s, "threads", settings.threads);
+  settings.log_interval = read_time(s, "log_interval", settings.log_interval);
+  settings.microbatch_size = read_int(s, "microbatch_size", settings.microbatch_size);
+  const std::string precision =
+      s.get_choice_or("precision", precision_name(settings.precision), {"fp32", "amp_bf16", "amp_fp16"});
+  settings.precision = *precision_from_name(precision);
+  settings.progress = s.get_or<bool>("progress", settings.progress);
+  settings.allow_nonfinite = s.get_or<bool>("allow_nonfinite", settings.allow_nonfinite);
 }
 
-void read_checkpoint(const PluginConfig& s, CheckpointSection& checkpoint) {
-  checkpoint.save_interval = read_time(s, "save_interval", checkpoint.save_interval,
-                                       {TimeUnit::epoch, TimeUnit::batch}, TimeZero::allowed);
-  checkpoint.keep_last = s.get_int_or("keep_last", checkpoint.keep_last, kNonNegative);
-  checkpoint.dir = s.get_text_or("dir", checkpoint.dir);
+void read_checkpoint(const PluginConfig& s, TrainerSettings& settings) {
+  settings.save_interval = read_time(s, "save_interval", settings.save_interval);
+  settings.keep_last = read_int(s, "keep_last", settings.keep_last);
+  settings.checkpoint_dir = s.get_text_or("dir", settings.checkpoint_dir);
 }
 
 void read_distributed(const PluginConfig& s, DistributedSection& distributed) {
@@ -266,8 +253,7 @@ EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<Eva
   entry.split = s.get_choice_or("split", entry.split, {"eval", "train"});
   for (auto& [name, view] : s.get_entries("metrics")) entry.metrics.push_back(ComponentSection{name, view});
   if (s.has("interval"))
-    entry.interval = read_time(s, "interval", Time(), {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration},
-                               TimeZero::allowed);
+    entry.interval = s.get_time("interval", {TimeUnit::epoch, TimeUnit::batch, TimeUnit::duration});
   return entry;
 }
 
@@ -296,14 +282,16 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   Context ctx = file_ctx;
   ctx.locations = &config.locations;
   // Generic sections are read whole here; a component section's other keys wait for its component.
+  std::map<std::string, PluginConfig> views;
   const auto section = [&](const std::string& name, auto read, bool whole) {
     PluginConfig view = section_view(root, name, ctx);
     read(view);
     record_locations(view, name, ctx);
     if (whole) view.reject_unread();
+    views.emplace(name, view);
   };
-  section("run", [&](const PluginConfig& s) { read_run(s, config.run); }, true);
-  section("data", [&](const PluginConfig& s) { read_data(s, config.data); }, false);
+  section("run", [&](const PluginConfig& s) { read_run(s, config.run, config.settings); }, true);
+  section("data", [&](const PluginConfig& s) { read_data(s, config.data, config.settings); }, false);
   section("model", [&](const PluginConfig& s) {
     // [model] torchscript = "file.pt" names the model by its file alone.
     read_component(s, config.model, s.has("torchscript") ? "torchscript" : "convnet");
@@ -311,15 +299,24 @@ RunConfig build(toml::table& root, const Context& file_ctx) {
   section("optimizer", [&](const PluginConfig& s) { read_component(s, config.optimizer, "sgd"); }, false);
   section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);
   section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
-  section("trainer", [&](const PluginConfig& s) { read_trainer(s, config.trainer); }, true);
-  section("checkpoint", [&](const PluginConfig& s) { read_checkpoint(s, config.checkpoint); }, true);
+  section("trainer", [&](const PluginConfig& s) { read_trainer(s, config.settings); }, true);
+  section("checkpoint", [&](const PluginConfig& s) { read_checkpoint(s, config.settings); }, true);
   section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed); }, true);
   section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
   config.evals = read_evals(root, ctx);
   config.plugins = read_plugins(root, ctx);
   config.loggers = read_loggers(root, ctx);
-  if (config.checkpoint.dir.empty())
-    config.checkpoint.dir = (fs::path(config.run.dir) / config.run.name / "checkpoints").string();
+  // The values of the Trainer's settings, checked as the Trainer checks them, reported at their keys.
+  for (const SettingProblem& problem : setting_problems(config.settings)) {
+    const std::size_t dot = problem.key.find('.');
+    const PluginConfig& view = views.at(problem.key.substr(0, dot));
+    const std::string key = problem.key.substr(dot + 1);
+    if (view.has(key)) view.refuse(key, problem.expected);
+    throw ConfigError(config.where(problem.key), problem.key,
+                      "expected " + problem.expected + ", got " + problem.got);
+  }
+  if (config.settings.checkpoint_dir.empty())
+    config.settings.checkpoint_dir = (fs::path(config.run.dir) / config.run.name / "checkpoints").string();
   return config;
 }
 
@@ -519,31 +516,31 @@ std::string resolved_config_text(const RunConfig& c) {
   toml::table& run = section("run");
   run.insert_or_assign("name", c.run.name);
   run.insert_or_assign("dir", c.run.dir);
-  run.insert_or_assign("seed", c.run.seed);
+  run.insert_or_assign("seed", static_cast<std::int64_t>(c.settings.seed));
   toml::table& data = section("data");
   data.insert_or_assign("name", c.data.name);
-  data.insert_or_assign("batch_size", c.data.batch_size);
-  data.insert_or_assign("eval_batch_size", c.data.eval_batch_size);
-  data.insert_or_assign("workers", c.data.workers);
-  data.insert_or_assign("prefetch", c.data.prefetch);
+  data.insert_or_assign("batch_size", c.settings.batch_size);
+  data.insert_or_assign("eval_batch_size", c.settings.eval_batch_size);
+  data.insert_or_assign("workers", c.settings.workers);
+  data.insert_or_assign("prefetch", c.settings.prefetch_batches());
   section("model").insert_or_assign("name", c.model.name);
   section("optimizer").insert_or_assign("name", c.optimizer.name);
   section("scheduler").insert_or_assign("name", c.scheduler.name);
   if (!c.loss.name.empty()) section("loss").insert_or_assign("name", c.loss.name);
   toml::table& trainer = section("trainer");
-  trainer.insert_or_assign("max_duration", time(c.trainer.max_duration));
-  trainer.insert_or_assign("eval_interval", time(c.trainer.eval_interval));
-  trainer.insert_or_assign("device", c.trainer.device);
-  trainer.insert_or_assign("threads", c.trainer.threads);
-  trainer.insert_or_assign("log_interval", time(c.trainer.log_interval));
-  trainer.insert_or_assign("microbatch_size", c.trainer.microbatch_size);
-  trainer.insert_or_assign("precision", c.trainer.precision);
-  trainer.insert_or_assign("progress", c.trainer.progress);
-  trainer.insert_or_assign("allow_nonfinite", c.trainer.allow_nonfinite);
+  trainer.insert_or_assign("max_duration", time(c.settings.max_duration));
+  trainer.insert_or_assign("eval_interval", time(c.settings.eval_interval));
+  trainer.insert_or_assign("device", c.settings.device);
+  trainer.insert_or_assign("threads", c.settings.threads);
+  trainer.insert_or_assign("log_interval", time(c.settings.log_interval));
+  trainer.insert_or_assign("microbatch_size", c.settings.microbatch_size);
+  trainer.insert_or_assign("precision", precision_name(c.settings.precision));
+  trainer.insert_or_assign("progress", c.settings.progress);
+  trainer.insert_or_assign("allow_nonfinite", c.settings.allow_nonfinite);
   toml::table& checkpoint = section("checkpoint");
-  checkpoint.insert_or_assign("save_interval", time(c.checkpoint.save_interval));
-  checkpoint.insert_or_assign("keep_last", c.checkpoint.keep_last);
-  checkpoint.insert_or_assign("dir", c.checkpoint.dir);
+  checkpoint.insert_or_assign("save_interval", time(c.settings.save_interval));
+  checkpoint.insert_or_assign("keep_last", c.settings.keep_last);
+  checkpoint.insert_or_assign("dir", c.settings.checkpoint_dir);
   toml::table& distributed = section("distributed");
   distributed.insert_or_assign("backend", c.distributed.backend);
   distributed.insert_or_assign("timeout_seconds", c.distributed.timeout_seconds);

@@ -11,6 +11,7 @@
 
 #include "baton/error.h"
 #include "baton/plugin_config.h"
+#include "baton/settings.h"
 #include "baton/time.h"
 
 
@@ -19,7 +20,7 @@ namespace baton {
 struct RunSection {
   std::string name = "baton";  // the run folder is <dir>/<name>
   std::string dir = "runs";
-  std::int64_t seed = 42;
+  // seed: RunConfig::settings
 };
 
 /// A section that names a registered component (baton/components.h) and holds its keys: `name` selects the
@@ -31,32 +32,11 @@ struct ComponentSection {
 };
 
 struct DataSection : ComponentSection {
-  // name: the dataset ("fashion-mnist", "mnist", "synthetic", "csv", ... or a plugin's)
-  std::int64_t batch_size = 128;        // >= 1
-  std::int64_t eval_batch_size = 1000;  // >= 1
-  std::int64_t workers = 1;   // 0 to 256: loader threads; 0 fetches each batch in the training thread
-  std::int64_t prefetch = 2;  // >= workers: batches fetched ahead; when not given, 2 per worker
+  // name: the dataset ("fashion-mnist", "mnist", "synthetic", "csv", ... or a plugin's); its loader keys
+  // (batch_size, eval_batch_size, workers, prefetch) are RunConfig::settings
   /// metrics = ["accuracy", { name = "top_k", k = 3 }]: the evaluation metrics (registered names, each with its
   /// keys); empty: the data's default (accuracy for classes; mae, rmse and r2 for values).
   std::vector<ComponentSection> metrics;
-};
-
-struct TrainerSection {
-  Time max_duration = Time(1, TimeUnit::epoch);  // ep, ba, sp (> 0)
-  Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
-  std::string device = "cpu";  // cpu | cuda | cuda:N
-  std::int64_t threads = 0;    // intra-op threads; 0 = one per core
-  Time log_interval = Time(50, TimeUnit::batch);  // plain progress lines when not on a terminal (ba)
-  std::int64_t microbatch_size = 0;  // >= 0; split each batch into microbatches of this size; 0: no split
-  std::string precision = "fp32";  // fp32 | amp_bf16 | amp_fp16 (CUDA only)
-  bool progress = true;  // a progress bar when stderr is a terminal
-  bool allow_nonfinite = false;  // true: a run ending with NaN/inf weights succeeds (TrainerOptions::allow_nonfinite)
-};
-
-struct CheckpointSection {
-  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
-  std::int64_t keep_last = 0;  // >= 0; 0 keeps every checkpoint
-  std::string dir;  // default "<run folder>/checkpoints"
 };
 
 struct DistributedSection {
@@ -93,8 +73,9 @@ struct RunConfig {
   ComponentSection optimizer;   // [optimizer]: name = "sgd"
   ComponentSection scheduler;   // [scheduler]: name = "constant"
   ComponentSection loss;        // [loss]: name = "" (the dataset's task decides: cross_entropy or mse)
-  TrainerSection trainer;
-  CheckpointSection checkpoint;
+  /// The settings the Trainer takes (baton/settings.h): [run] seed, [data] batch_size, eval_batch_size, workers
+  /// and prefetch, [trainer] and [checkpoint] (checkpoint_dir defaults to "<run folder>/checkpoints" here).
+  TrainerSettings settings;
   DistributedSection distributed;
   std::vector<EvalEntry> evals;  // [[eval]], in file order
   std::vector<PluginEntry> plugins;

@@ -66,26 +66,26 @@ TEST_SUITE("config") {
     CHECK(c.source == "cfg.toml");
     CHECK(c.run.name == "baton");
     CHECK(c.run.dir == "runs");
-    CHECK(c.run.seed == 42);
+    CHECK(c.settings.seed == 42);
     CHECK(c.data.name == "fashion-mnist");
-    CHECK(c.data.batch_size == 128);
-    CHECK(c.data.eval_batch_size == 1000);
+    CHECK(c.settings.batch_size == 128);
+    CHECK(c.settings.eval_batch_size == 1000);
     CHECK(c.model.name == "convnet");
     CHECK(c.optimizer.name == "sgd");
     CHECK(c.scheduler.name == "constant");
     CHECK(c.loss.name.empty());  // the data decides: cross_entropy for classes, mse for values
     CHECK(c.data.config.keys().empty());
-    CHECK(c.trainer.max_duration == Time(1, TimeUnit::epoch));
-    CHECK(c.trainer.eval_interval == Time(1, TimeUnit::epoch));
-    CHECK(c.trainer.device == "cpu");
-    CHECK(c.trainer.threads == 0);
-    CHECK(c.trainer.log_interval == Time(50, TimeUnit::batch));
-    CHECK(c.trainer.microbatch_size == 0);
-    CHECK(c.trainer.precision == "fp32");
-    CHECK(c.trainer.progress);
-    CHECK(c.checkpoint.save_interval == Time(1, TimeUnit::epoch));
-    CHECK(c.checkpoint.keep_last == 0);
-    CHECK(c.checkpoint.dir == "runs/baton/checkpoints");
+    CHECK(c.settings.max_duration == Time(1, TimeUnit::epoch));
+    CHECK(c.settings.eval_interval == Time(1, TimeUnit::epoch));
+    CHECK(c.settings.device == "cpu");
+    CHECK(c.settings.threads == 0);
+    CHECK(c.settings.log_interval == Time(50, TimeUnit::batch));
+    CHECK(c.settings.microbatch_size == 0);
+    CHECK(c.settings.precision == baton::Precision::fp32);
+    CHECK(c.settings.progress);
+    CHECK(c.settings.save_interval == Time(1, TimeUnit::epoch));
+    CHECK(c.settings.keep_last == 0);
+    CHECK(c.settings.checkpoint_dir == "runs/baton/checkpoints");
     CHECK(c.distributed.backend == "gloo");
     CHECK(c.distributed.timeout_seconds == 60);
     CHECK(c.plugins.empty());
@@ -142,10 +142,10 @@ allow_insecure = true
 )");
     CHECK(c.run.name == "exp");
     CHECK(c.run.dir == "out");
-    CHECK(c.run.seed == 7);
+    CHECK(c.settings.seed == 7);
     CHECK(c.data.name == "mnist");
-    CHECK(c.data.batch_size == 64);
-    CHECK(c.data.eval_batch_size == 200);
+    CHECK(c.settings.batch_size == 64);
+    CHECK(c.settings.eval_batch_size == 200);
     // A component section's own keys wait in its view for the component, with their locations recorded.
     CHECK(c.data.config.keys() == std::vector<std::string>{"name", "path", "batch_size", "eval_batch_size",
                                                            "train_subset"});
@@ -159,24 +159,24 @@ allow_insecure = true
     CHECK(c.scheduler.config.get<baton::Time>("warmup").str() == "0.1dur");
     CHECK(c.loss.name == "smooth_l1");
     CHECK(c.loss.config.get<double>("beta") == 0.5);
-    CHECK(c.trainer.max_duration.str() == "3000sp");
-    CHECK(c.trainer.eval_interval.str() == "100ba");
-    CHECK(c.trainer.device == "cuda:1");
-    CHECK(c.trainer.threads == 2);
-    CHECK(c.trainer.log_interval.str() == "10ba");
-    CHECK(c.trainer.microbatch_size == 8);
-    CHECK(c.trainer.precision == "amp_fp16");
-    CHECK_FALSE(c.trainer.progress);
-    CHECK(c.checkpoint.save_interval.str() == "200ba");
-    CHECK(c.checkpoint.keep_last == 3);
-    CHECK(c.checkpoint.dir == "ckpt");
+    CHECK(c.settings.max_duration.str() == "3000sp");
+    CHECK(c.settings.eval_interval.str() == "100ba");
+    CHECK(c.settings.device == "cuda:1");
+    CHECK(c.settings.threads == 2);
+    CHECK(c.settings.log_interval.str() == "10ba");
+    CHECK(c.settings.microbatch_size == 8);
+    CHECK(c.settings.precision == baton::Precision::amp_fp16);
+    CHECK_FALSE(c.settings.progress);
+    CHECK(c.settings.save_interval.str() == "200ba");
+    CHECK(c.settings.keep_last == 3);
+    CHECK(c.settings.checkpoint_dir == "ckpt");
     CHECK(c.plugin_search_paths == std::vector<std::string>{"/opt/plugins"});
     CHECK(c.allow_insecure_plugins);
   }
 
   TEST_CASE("trainer.precision: the three names; amp_fp16 only on a CUDA device, reported at the key") {
-    CHECK(parse("[trainer]\nprecision = \"amp_bf16\"\n").trainer.precision == "amp_bf16");
-    CHECK(parse("[trainer]\nprecision = \"amp_fp16\"\ndevice = \"cuda\"\n").trainer.precision == "amp_fp16");
+    CHECK(parse("[trainer]\nprecision = \"amp_bf16\"\n").settings.precision == baton::Precision::amp_bf16);
+    CHECK(parse("[trainer]\nprecision = \"amp_fp16\"\ndevice = \"cuda\"\n").settings.precision == baton::Precision::amp_fp16);
     Failure bad = failure("[trainer]\nprecision = \"bf16\"\n");
     CHECK(bad.key == "trainer.precision");
     CHECK(contains(bad.what, "amp_bf16"));
@@ -190,7 +190,7 @@ allow_insecure = true
   }
 
   TEST_CASE("the checkpoint folder follows the run's") {
-    CHECK(parse("[run]\ndir = \"r\"\nname = \"n\"").checkpoint.dir == "r/n/checkpoints");
+    CHECK(parse("[run]\ndir = \"r\"\nname = \"n\"").settings.checkpoint_dir == "r/n/checkpoints");
   }
 
   TEST_CASE("a TOML syntax error gives the parser's line, column and description") {
@@ -246,7 +246,7 @@ allow_insecure = true
     CHECK(failure("[trainer]\ndevice = \"gpu\"\n").what ==
           "cfg.toml:2:10: trainer.device: expected \"cpu\", \"cuda\" or \"cuda:N\", got string \"gpu\"");
     CHECK(failure("[trainer]\ndevice = \"cuda:x\"\n").key == "trainer.device");
-    CHECK(parse("[trainer]\ndevice = \"cuda\"\n").trainer.device == "cuda");
+    CHECK(parse("[trainer]\ndevice = \"cuda\"\n").settings.device == "cuda");
     CHECK(failure("[trainer]\nthreads = -2\n").key == "trainer.threads");
     CHECK(failure("[run]\nname = \"\"\n").what ==
           "cfg.toml:2:8: run.name: expected a non-empty string, got string \"\"");
@@ -254,21 +254,24 @@ allow_insecure = true
 
   TEST_CASE("[data] workers and prefetch: defaults, 2 per worker, checked against each other") {
     const RunConfig defaults = parse("");
-    CHECK(defaults.data.workers == 1);
-    CHECK(defaults.data.prefetch == 2);
-    CHECK(parse("[data]\nworkers = 3\n").data.prefetch == 6);
-    CHECK(parse("[data]\nworkers = 0\nprefetch = 5\n").data.workers == 0);  // prefetch is unused then
+    CHECK(defaults.settings.workers == 1);
+    CHECK(defaults.settings.prefetch_batches() == 2);
+    CHECK(parse("[data]\nworkers = 3\n").settings.prefetch_batches() == 6);
+    // 0 is two per worker, as in TrainerOptions (the config refused it before).
+    CHECK(parse("[data]\nworkers = 3\nprefetch = 0\n").settings.prefetch_batches() == 6);
+    CHECK(parse("[data]\nworkers = 0\nprefetch = 5\n").settings.workers == 0);  // prefetch is unused then
     const RunConfig given = parse("[data]\nworkers = 2\nprefetch = 2\n");
-    CHECK(given.data.prefetch == 2);
+    CHECK(given.settings.prefetch == 2);
     // Generic keys: read here, so the dataset component does not see them as its own unknown keys.
     CHECK(given.data.config.unread_keys().empty());
     CHECK(failure("[data]\nworkers = 4\nprefetch = 3\n").what ==
           "cfg.toml:3:12: data.prefetch: expected at least workers (4: each worker fetches one of the batches ahead), "
-          "got 3");
+          "got integer 3");
     CHECK(failure("[data]\nprefetch = 1\n", {"data.workers=2"}).key == "data.prefetch");
     CHECK(failure("[data]\nworkers = -1\n").what ==
           "cfg.toml:2:11: data.workers: expected an integer in [0, 256], got integer -1");
-    CHECK(failure("[data]\nprefetch = 0\n").key == "data.prefetch");
+    CHECK(failure("[data]\nprefetch = -1\n").what ==
+          "cfg.toml:2:12: data.prefetch: expected an integer >= 0 (0: two per worker), got integer -1");
     CHECK(failure("[data]\nworkers = 1.5\n").key == "data.workers");
   }
 
@@ -305,7 +308,7 @@ allow_insecure = true
     CHECK(failure("[checkpoint]\nsave_interval = \"0.5dur\"\n").what ==
           "cfg.toml:2:17: checkpoint.save_interval: expected a time in ep or ba, got string \"0.5dur\"");
     CHECK(failure("[trainer]\nmax_duration = \"1.5ep\"\n").key == "trainer.max_duration");
-    CHECK(parse("[trainer]\neval_interval = \"0ep\"\n").trainer.eval_interval == Time(0, TimeUnit::epoch));
+    CHECK(parse("[trainer]\neval_interval = \"0ep\"\n").settings.eval_interval == Time(0, TimeUnit::epoch));
   }
 
   TEST_CASE("[[plugins]] tables") {
@@ -363,17 +366,17 @@ path = "/opt/libcustom.so"
                               {"trainer.max_duration=2ep", "optimizer.lr=0.1", "run.name=\"exp 1\"",
                                "data.batch_size=64", "model.widths=[8, 16]", "trainer.progress=false",
                                "trainer.device=cuda:0", "scheduler.name=cosine"});
-    CHECK(c.trainer.max_duration == Time(2, TimeUnit::epoch));
+    CHECK(c.settings.max_duration == Time(2, TimeUnit::epoch));
     CHECK(c.optimizer.config.get<double>("lr") == 0.1);
     CHECK(c.run.name == "exp 1");  // sections absent from the file are created
-    CHECK(c.data.batch_size == 64);
+    CHECK(c.settings.batch_size == 64);
     CHECK(c.model.config.get<std::vector<std::int64_t>>("widths") == std::vector<std::int64_t>{8, 16});
-    CHECK_FALSE(c.trainer.progress);
-    CHECK(c.trainer.device == "cuda:0");
+    CHECK_FALSE(c.settings.progress);
+    CHECK(c.settings.device == "cuda:0");
     CHECK(c.scheduler.name == "cosine");
-    CHECK(c.checkpoint.dir == "runs/exp 1/checkpoints");
+    CHECK(c.settings.checkpoint_dir == "runs/exp 1/checkpoints");
     // Later overrides win.
-    CHECK(parse("", {"run.seed=1", "run.seed=2"}).run.seed == 2);
+    CHECK(parse("", {"run.seed=1", "run.seed=2"}).settings.seed == 2);
   }
 
   TEST_CASE("a wrong override gives the same error, located at the --set") {
@@ -398,7 +401,7 @@ path = "/opt/libcustom.so"
                              "[[plugins]]\nname = \"ema\"\ndecay = 0.9\n";
     // Removed: the default applies (seed 42, config.md's default; sgd reads its own momentum default).
     const RunConfig removed = parse(file, {"run.seed=", "optimizer.momentum=", "plugins.ema.decay=", "run.absent="});
-    CHECK(removed.run.seed == 42);
+    CHECK(removed.settings.seed == 42);
     CHECK_FALSE(removed.optimizer.config.has("momentum"));
     CHECK_FALSE(removed.plugins[0].config.has("decay"));
     // So `--set optimizer.name=adam` on an sgd file works once sgd's key is removed (config.md).
@@ -423,7 +426,7 @@ path = "/opt/libcustom.so"
       CHECK(std::string(e.what()) == "--seed x: run.seed: expected an integer, got string \"x\"");
     }
     seed[0].value = "7";
-    CHECK(baton::parse_config("", "cfg.toml", seed).run.seed == 7);
+    CHECK(baton::parse_config("", "cfg.toml", seed).settings.seed == 7);
   }
 
   TEST_CASE("issue 24 §17: the resolved configuration, overrides applied and baton's defaults filled in") {
@@ -446,8 +449,8 @@ path = "/opt/libcustom.so"
     CHECK((contains(text, "widths = [ 8 ]") || contains(text, "widths = [8]")));  // a component's key, as given
     // It reads back as the same configuration.
     const RunConfig again = parse(text);
-    CHECK(again.run.seed == 3);
-    CHECK(again.trainer.max_duration == Time(3, TimeUnit::epoch));
+    CHECK(again.settings.seed == 3);
+    CHECK(again.settings.max_duration == Time(3, TimeUnit::epoch));
   }
 
   TEST_CASE("Override::parse") {
@@ -589,7 +592,7 @@ path = "lib/libmine.so"
       CAPTURE(value);
       baton::RunConfig config;
       REQUIRE_NOTHROW(config = baton::parse_config("[" + section + "]\n" + key + " = " + value + "\n", "doc.toml"));
-      CHECK((key == "eval_interval" ? config.trainer.eval_interval : config.checkpoint.save_interval).value() == 0);
+      CHECK((key == "eval_interval" ? config.settings.eval_interval : config.settings.save_interval).value() == 0);
     }
   }
 

@@ -534,6 +534,12 @@ void PluginConfig::fail(std::string_view key, std::string_view message) const {
   throw ConfigError(where(key), impl_->full_key(key), std::string(message));
 }
 
+void PluginConfig::refuse(std::string_view key, std::string_view expected) const {
+  const toml::node* node = impl_->table->get(key);
+  if (node == nullptr) fail(key, "expected " + std::string(expected) + ", but the key is missing");
+  fail(key, "expected " + std::string(expected) + ", got " + toml_detail::describe(*node));
+}
+
 PluginConfig toml_detail::make_section_config(toml::table table, const std::string& section, std::string file,
                                               SourceLocation where) {
   auto impl = make_impl(std::move(table), section, std::move(file), std::move(where));

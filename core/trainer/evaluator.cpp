@@ -21,11 +21,11 @@
 
 namespace baton {
 
-PrefetchOptions loader_options(const TrainerOptions& options) {
+PrefetchOptions loader_options(const TrainerSettings& settings, c10::Device device) {
   PrefetchOptions out;
-  out.workers = options.workers;
-  out.prefetch = options.prefetch > 0 ? options.prefetch : 2 * std::max(1, options.workers);
-  out.device = at::Device(options.device);
+  out.workers = static_cast<int>(settings.workers);
+  out.prefetch = static_cast<int>(settings.prefetch_batches());
+  out.device = device;
   return out;
 }
 
@@ -125,7 +125,7 @@ EvalResult Evaluator::pass(const std::string& label) {
     // Each rank evaluates its contiguous share; the sums are reduced below.
     const std::int64_t first = data_.size() * options_.rank / options_.world_size;
     const std::int64_t n = data_.size() * (options_.rank + 1) / options_.world_size;
-    PrefetchLoader loader(data_, sequential_plan(first, n, options_.eval_batch_size), loader_options(options_));
+    PrefetchLoader loader(data_, sequential_plan(first, n, options_.eval_batch_size), loader_options(options_, device_));
     for (std::int64_t begin = first; begin < n; begin += options_.eval_batch_size) {
       const std::int64_t end = std::min(n, begin + options_.eval_batch_size);
       // Seeded by the batch's first sample: every pass and every evaluation draws the same (a sampler's noise).
@@ -229,7 +229,7 @@ PredictResult Evaluator::predict(const Dataset& data) {
   std::vector<at::Tensor> targets;
   {
     c10::NoGradGuard no_grad;
-    PrefetchLoader loader(data, sequential_plan(0, data.size(), options_.eval_batch_size), loader_options(options_));
+    PrefetchLoader loader(data, sequential_plan(0, data.size(), options_.eval_batch_size), loader_options(options_, device_));
     for (std::int64_t begin = 0; !loader.done(); begin += options_.eval_batch_size) {
       StepGeneratorScope step_random(state_, StepStream::predict, static_cast<std::uint64_t>(begin));
       const Batch batch = loader.next();

@@ -17,9 +17,9 @@ namespace baton {
 class Engine;
 class RunLogger;
 
-/// The loader settings of a run (TrainerOptions::workers, prefetch and device), shared by training, evaluation and
-/// prediction.
-PrefetchOptions loader_options(const TrainerOptions& options);
+/// The loader settings of a run (TrainerSettings::workers and prefetch) for batches on `device`, shared by training,
+/// evaluation and prediction.
+PrefetchOptions loader_options(const TrainerSettings& settings, c10::Device device);
 
 /// The loss of a run that names none: cross entropy for class targets, mean squared error for values. One choice
 /// for both ways in: the Trainer without TrainerOptions::loss, and `baton train` with a [loss] table that has no

@@ -108,7 +108,7 @@ void Trainer::Impl::Passes::forward_training_data() {
   {
     c10::NoGradGuard no_grad;
     PrefetchLoader loader(*t.train, sampler_plan(t.sampler, t.state.progress.now.epoch, 0, batches),
-                          loader_options(t.options));
+                          loader_options(t.options, t.device));
     for (std::int64_t i = 0; i < batches; ++i) {
       const Batch batch = to_device(loader.next(), t.device);
       StepGeneratorScope random(t.state, StepStream::training_data, static_cast<std::uint64_t>(i));

@@ -58,29 +58,6 @@ void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
 
 }  // namespace
 
-Precision parse_precision(const std::string& text) {
-  if (text == "fp32" || text.empty()) return Precision::fp32;
-  if (text == "amp_bf16") return Precision::amp_bf16;
-  if (text == "amp_fp16") return Precision::amp_fp16;
-  throw Error("unknown precision \"" + text + "\" (expected one of: fp32, amp_bf16, amp_fp16)");
-}
-
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::amp_bf16: return "amp_bf16";
-    case Precision::amp_fp16: return "amp_fp16";
-    case Precision::fp32: break;
-  }
-  return "fp32";
-}
-
-std::string precision_problem(Precision precision, const std::string& device) {
-  if (precision == Precision::amp_fp16 && device.rfind("cuda", 0) != 0)
-    return "amp_fp16 needs a CUDA device (this run's device is \"" + device +
-           "\"); on the CPU use amp_bf16, which needs no loss scaling";
-  return {};
-}
-
 AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) {
   if (precision == Precision::fp32) return;
   active_ = true;

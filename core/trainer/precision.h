@@ -2,22 +2,14 @@
 // Mixed precision (Composer's `precision`): which dtype autocast runs the forward pass and the loss in, and the
 // scope that turns LibTorch's autocast on for a device. Weights, gradients, optimizer state and the EMA stay fp32;
 // only the operations autocast lists (matrix products, convolutions, ...) run in bf16 or fp16.
-#include <string>
-
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
+#include "baton/settings.h"
+
 namespace baton {
 
-enum class Precision { fp32, amp_bf16, amp_fp16 };
-
-/// "fp32" | "amp_bf16" | "amp_fp16". Throws baton::Error naming the accepted values for anything else.
-Precision parse_precision(const std::string& text);
-const char* precision_name(Precision precision);
-
-/// Checks that `precision` can run on `device` ("cpu", "cuda", "cuda:N"): amp_fp16 needs CUDA (the CPU has no fast
-/// fp16 kernels and no loss scaling is needed for bf16). Returns an empty string when it can, else the reason.
-std::string precision_problem(Precision precision, const std::string& device);
+// Precision itself (the enum and its names) is a setting: baton/settings.h.
 
 /// Autocast on `device` in `precision`'s dtype for the scope's lifetime, restoring the thread's previous autocast
 /// state (on, off, dtype) when it ends. A no-op for fp32. Not copyable: one scope per forward or loss.

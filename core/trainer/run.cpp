@@ -60,11 +60,11 @@ std::string count_text(std::int64_t n, const std::string& what) {
 
 void check_machine(const RunConfig& config) {
   const std::int64_t cores = std::max(1u, std::thread::hardware_concurrency());
-  if (config.trainer.threads > cores)
+  if (config.settings.threads > cores)
     throw ConfigError(config.where("trainer.threads"), "trainer.threads",
                       "expected an integer in [0, " + std::to_string(cores) + "] (0 is one per core; this machine "
-                      "has " + count_text(cores, "core") + "), got " + std::to_string(config.trainer.threads));
-  const std::string& device = config.trainer.device;
+                      "has " + count_text(cores, "core") + "), got " + std::to_string(config.settings.threads));
+  const std::string& device = config.settings.device;
   if (device.rfind("cuda", 0) == 0) {
     const std::int64_t gpus = at::hasCUDA() ? static_cast<std::int64_t>(at::getNumGPUs()) : 0;
     // "cuda" is cuda:LOCAL_RANK in a distributed run (0 alone).
@@ -131,7 +131,7 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
   const Components& registry = components();
   BuiltComponents built;
   DatasetContext context;
-  context.seed = static_cast<std::uint64_t>(config.run.seed);
+  context.seed = config.settings.seed;
   context.need_train = need_train;
   built.data = build_component(registry.datasets, config.data, "data", context);
   if (need_train && !built.data.train)
@@ -140,10 +140,10 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
   if (!built.data.eval) built.data.eval = std::make_shared<TensorDataset>();
   const Dataset& reference = need_train ? *built.data.train : *built.data.eval;
   const DataSpec spec = reference.spec();
-  if (need_train && config.data.batch_size > built.data.train->size())
+  if (need_train && config.settings.batch_size > built.data.train->size())
     throw ConfigError(config.where("data.batch_size"), "data.batch_size",
                       "expected at most the " + count_text(built.data.train->size(), "training sample") + " of " +
-                          config.data.name + ", got " + std::to_string(config.data.batch_size));
+                          config.data.name + ", got " + std::to_string(config.settings.batch_size));
   built.model = build_component(registry.models, config.model, "model", spec);
   const std::vector<std::string> optimizer_keys = config.optimizer.config.keys();
   if (built.model.optimizers().empty()) {
@@ -248,10 +248,10 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   DistributedEnv env = read_distributed_env();
   CommunicatorOptions comm_options;
   comm_options.backend = config.distributed.backend;
-  const bool on_cuda = config.trainer.device.rfind("cuda", 0) == 0;
+  const bool on_cuda = config.settings.device.rfind("cuda", 0) == 0;
   if (env.world_size > 1 && comm_options.backend == "nccl" && !on_cuda)
     throw ConfigError(SourceLocation{config.source, 0, 0}, "distributed.backend",
-                      "\"nccl\" reduces CUDA tensors, but trainer.device is \"" + config.trainer.device +
+                      "\"nccl\" reduces CUDA tensors, but trainer.device is \"" + config.settings.device +
                           "\": set device = \"cuda\" (each rank then uses cuda:LOCAL_RANK) or backend = \"gloo\"");
   comm_options.timeout = std::chrono::seconds(config.distributed.timeout_seconds);
   std::shared_ptr<Communicator> communicator = Communicator::connect(env, comm_options);
@@ -259,44 +259,31 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   // on this machine.
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   int per_rank = std::max(1, static_cast<int>(cores) / std::max(1, env.local_world_size));
-  const int threads = config.trainer.threads > 0 ? static_cast<int>(config.trainer.threads) : per_rank;
+  const int threads = config.settings.threads > 0 ? static_cast<int>(config.settings.threads) : per_rank;
   at::set_num_threads(threads);
   set_blas_threads(threads);
   keep_freed_memory();
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
-  at::manual_seed(static_cast<std::uint64_t>(config.run.seed));
+  at::manual_seed(config.settings.seed);
 
   // Plugins first: a plugin library may register the components the sections below name.
   run->plugins = load_plugins(config, options.allow_insecure_plugins);
   BuiltComponents built = build_components(config);
 
   TrainerOptions t;
-  t.max_duration = config.trainer.max_duration;
-  t.eval_interval = config.trainer.eval_interval;
-  t.batch_size = config.data.batch_size;
-  t.eval_batch_size = config.data.eval_batch_size;
-  t.workers = static_cast<int>(config.data.workers);
-  t.prefetch = static_cast<int>(config.data.prefetch);
-  t.seed = static_cast<std::uint64_t>(config.run.seed);
-  t.device = config.trainer.device;
+  static_cast<TrainerSettings&>(t) = config.settings;  // the config's settings are the Trainer's, checked alike
   // One GPU per rank on each machine, as torchrun's LOCAL_RANK means.
-  if (communicator && config.trainer.device == "cuda") t.device = "cuda:" + std::to_string(env.local_rank);
+  if (communicator && t.device == "cuda") t.device = "cuda:" + std::to_string(env.local_rank);
+  // Set only now, so the Trainer does not set them again.
+  t.threads = 0;
   if (options.write_run_dir) {
     run->run_dir = (fs::path(config.run.dir) / config.run.name).string();
     t.run_dir = run->run_dir;
-    t.checkpoint_dir = config.checkpoint.dir;
   }
-  t.save_interval = config.checkpoint.save_interval;
-  t.keep_last = config.checkpoint.keep_last;
   t.resume = options.resume;
   t.config_text = config.resolved_text;
   t.trace = options.trace;
   t.quiet = options.quiet;
-  t.progress = config.trainer.progress;
-  t.log_interval = config.trainer.log_interval;
-  t.allow_nonfinite = config.trainer.allow_nonfinite;
-  t.microbatch_size = config.trainer.microbatch_size;
-  t.precision = config.trainer.precision;
   t.lr_schedule = std::move(built.schedule);
   t.loss = std::move(built.loss);
   t.metrics = std::move(built.metrics);

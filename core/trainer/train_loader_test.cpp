@@ -150,14 +150,14 @@ TEST_SUITE("trainer data loading") {
 
   TEST_CASE("the trainer checks the loader settings") {
     CHECK(error_text([] { make_trainer(loader_options(-1, 2), train_set(), eval_set()); }) ==
-          "trainer: workers must be >= 0, got -1");
+          "trainer: workers: expected an integer in [0, 256], got -1");
     CHECK(error_text([] { make_trainer(loader_options(4, 2), train_set(), eval_set()); }) ==
-          "trainer: prefetch (2) must be at least workers (4): each worker fetches one of the batches ahead");
+          "trainer: prefetch: expected at least workers (4: each worker fetches one of the batches ahead), got 2");
     // Left at its default, prefetch is two per worker, as in a config file: 4 workers need no prefetch setting.
     CHECK(baton::TrainerOptions().prefetch == 0);
     auto four = make_trainer(loader_options(4, baton::TrainerOptions().prefetch), train_set(), eval_set());
     CHECK(four->fit().end.batch > 0);
     CHECK(error_text([] { make_trainer(loader_options(1, -1), train_set(), eval_set()); }) ==
-          "trainer: prefetch must be >= 0 (0: two per worker), got -1");
+          "trainer: prefetch: expected an integer >= 0 (0: two per worker), got -1");
   }
 }

@@ -76,22 +76,14 @@ LossFunction run_loss(const TrainerOptions& options, const Model& model, const D
   return default_loss_for(spec);
 }
 
-Precision checked_precision(const TrainerOptions& options) {
-  const Precision precision = parse_precision(options.precision);
-  const std::string problem = precision_problem(precision, options.device);
-  if (!problem.empty()) throw Error("trainer: " + problem);
-  return precision;
-}
-
-// The loader's settings are checked with the trainer's, before any thread starts.
-PrefetchOptions checked_loader_options(const TrainerOptions& options) {
-  if (options.workers < 0) throw Error("trainer: workers must be >= 0, got " + std::to_string(options.workers));
-  if (options.prefetch < 0)
-    throw Error("trainer: prefetch must be >= 0 (0: two per worker), got " + std::to_string(options.prefetch));
-  if (options.workers > 0 && options.prefetch > 0 && options.prefetch < options.workers)
-    throw Error("trainer: prefetch (" + std::to_string(options.prefetch) + ") must be at least workers (" +
-                std::to_string(options.workers) + "): each worker fetches one of the batches ahead");
-  return loader_options(options);
+// The settings a config file would have refused (setting_problems: the same checks), before anything starts.
+TrainerOptions checked(TrainerOptions options) {
+  const std::vector<SettingProblem> problems = setting_problems(options);
+  if (!problems.empty()) {
+    const SettingProblem& first = problems.front();
+    throw Error("trainer: " + first.option + ": expected " + first.expected + ", got " + first.got);
+  }
+  return options;
 }
 
 }  // namespace
@@ -105,7 +97,7 @@ std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
 Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> optimizer_in,
                     std::shared_ptr<const Dataset> train_in, std::shared_ptr<const Dataset> eval_in,
                     TrainerOptions options_in)
-    : options(std::move(options_in)),
+    : options(checked(std::move(options_in))),
       model(std::move(model_in)),
       module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
       optimizers(run_optimizers(model, std::move(optimizer_in))),
@@ -114,11 +106,11 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
       sampler(SamplerOptions{train->size(), options.batch_size, options.shuffle, /*drop_last=*/false, options.seed,
                              options.rank, options.world_size}),
-      train_loader(*train, sampler, checked_loader_options(options)),
+      train_loader(*train, sampler, loader_options(options, c10::Device(options.device))),
       logger(state, logger_options()),
       engine(state, logger),
       base_lrs(initial_lrs(optimizers)),
-      precision(checked_precision(options)),
+      precision(options.precision),
       device(options.device),
       context{state, engine, logger, options, precision, device},
       scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
@@ -129,11 +121,10 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       training_log(logger, options),
       model_export(run_failed),
       plots(history, evaluator.metrics()) {
-  if (options.threads < 0) throw Error("trainer: threads must be >= 0, got " + std::to_string(options.threads));
   if (options.threads > 0) at::set_num_threads(options.threads);
   if (model.training_step() && precision != Precision::fp32)
     throw Error("trainer: a model with its own training step trains in fp32 for now (precision \"" +
-                options.precision + "\")");
+                std::string(precision_name(precision)) + "\")");
   for (const auto& o : optimizers) state.optimizers.emplace_back(o.name, o.optimizer.get());
   state.device = options.device;
   state.eval_weights = options.eval_weights;

@@ -24,6 +24,7 @@
 #include "baton/plugin.h"
 #include "baton/plugin_config.h"
 #include "baton/registry.h"
+#include "baton/settings.h"
 #include "baton/time.h"
 
 namespace torch::optim {
@@ -34,7 +35,7 @@ namespace baton {
 
 /// What a dataset factory knows of the run.
 struct BATON_API DatasetContext {
-  std::uint64_t seed = 42;  // the run's seed, for datasets that draw (synthetic, random splits)
+  std::uint64_t seed = kDefaultSeed;  // the run's seed, for datasets that draw (synthetic, random splits)
   bool need_train = true;   // false when only the evaluation split is used (baton eval, predict): skip loading it
 };
 

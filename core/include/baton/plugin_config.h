@@ -140,6 +140,9 @@ class BATON_API PluginConfig {
   SourceLocation where(std::string_view key) const;
   /// Throws ConfigError at key's location: "<plugin>.<key>: <message>".
   [[noreturn]] void fail(std::string_view key, std::string_view message) const;
+  /// Throws ConfigError at key's location saying what its value should have been, and what it is:
+  /// "<plugin>.<key>: expected <expected>, got integer 0". For checks beyond the getters' (two keys together).
+  [[noreturn]] void refuse(std::string_view key, std::string_view expected) const;
   /// The key as errors name it: "plugins.ema.half_life", or "optimizer.lr" for a section's view.
   std::string full_key(std::string_view key) const;
   /// A view of the same table whose unknown-key errors name `owner` ("optimizer 'sgd'", "dataset 'csv'"); what

@@ -17,6 +17,7 @@
 #include "baton/dataset.h"
 #include "baton/model.h"
 #include "baton/plugin.h"
+#include "baton/settings.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -42,43 +43,16 @@ struct BATON_API EvalSet {
   std::optional<Time> interval;           // none: TrainerOptions::eval_interval; 0 evaluates it only when asked
 };
 
-struct TrainerOptions {
-  Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp
-  Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
-  std::int64_t batch_size = 128;
-  std::int64_t eval_batch_size = 1000;
-  /// The data loader (docs/data.md): `workers` background threads call Dataset::get for the batches ahead, at most
-  /// `prefetch` batches ahead of the one being trained on (or evaluated, or predicted). 0 workers: each batch is
-  /// fetched in the trainer's thread when it is needed. Every setting trains on the same batches in the same order.
-  int workers = 1;
-  int prefetch = 0;  // 0: two per worker (the config's default too); else at least `workers`
-  std::uint64_t seed = 42;     // data order; the caller seeds model initialisation
+/// Everything a Trainer is told: the settings a config file also sets (baton/settings.h: durations, intervals,
+/// batch sizes, the loader, device, precision, checkpoints; their defaults and checks are the config's), and what
+/// only a program gives (the components built in code, the process group, the loggers).
+struct TrainerOptions : TrainerSettings {
   bool shuffle = true;         // false: every epoch in the dataset's order (a sequential sampler)
-  /// Intra-op threads for the run (at::set_num_threads); 0 leaves LibTorch's setting as it is.
-  int threads = 0;
-  std::string device = "cpu";  // where the model, optimizer state and batches live
   std::string run_dir;         // metrics.jsonl, checkpoints/, model.safetensors; empty: write nothing
-  std::string checkpoint_dir;  // default <run_dir>/checkpoints
-  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
-  std::int64_t keep_last = 0;                     // 0 keeps every checkpoint
   std::string resume;          // "" (fresh start), "auto" (newest valid checkpoint, if any) or a checkpoint folder
   std::string config_text;     // stored in checkpoints for reference
   bool trace = false;          // print every plugin call as <plugin>/<event>
-  bool progress = true;        // progress bar on a terminal
   bool quiet = false;          // only warnings, errors and the final summary
-  Time log_interval = Time(50, TimeUnit::batch);  // how often train/loss is computed and logged
-  /// A run whose weights are not finite (NaN, inf) at its end fails (fit() throws, naming the last checkpoint
-  /// saved with finite weights; no model.safetensors is written) unless this is true. A non-finite training loss
-  /// is always reported, at its batch, as a warning.
-  bool allow_nonfinite = false;
-  /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
-  /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
-  /// step per batch. 0 (or >= batch_size): the whole batch at once.
-  std::int64_t microbatch_size = 0;
-  /// Composer's precision: "fp32"; "amp_bf16" (autocast to bfloat16 around the forward pass and the loss, on the
-  /// CPU or CUDA); "amp_fp16" (autocast to float16 with dynamic loss scaling, CUDA only). Weights, gradients,
-  /// optimizer state and an EMA stay fp32. Evaluation and prediction run under the same precision.
-  std::string precision = "fp32";
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.
   LrSchedule lr_schedule;
   /// Loss of a batch, from the model's outputs and the batch; null: the model's own (Model::with_loss), else the
@@ -96,7 +70,8 @@ struct TrainerOptions {
   int rank = 0;
   int world_size = 1;
   /// A data-parallel run's process group; when set, rank and world_size come from it. Null: a single process.
-  std::shared_ptr<Communicator> communicator;  /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
+  std::shared_ptr<Communicator> communicator;
+  /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.
   std::vector<std::shared_ptr<LoggerDestination>> loggers;

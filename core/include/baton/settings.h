@@ -1,0 +1,82 @@
+#pragma once
+// The settings of a run that every front end shares: a TOML file's [run] seed, [data] loader keys, [trainer] and
+// [checkpoint] (baton train), and TrainerOptions, which extends them (programs that embed baton). One type, one set
+// of defaults, one check: the config loader reports a problem at its key's file:line:column, the Trainer throws it
+// naming the option. No LibTorch here.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "baton/export.h"
+#include "baton/time.h"
+
+namespace baton {
+
+/// Composer's precision: fp32; amp_bf16 (autocast to bfloat16 around the forward pass and the loss, on the CPU or
+/// CUDA); amp_fp16 (autocast to float16 with dynamic loss scaling, CUDA only). Weights, gradients, optimizer state
+/// and an EMA stay fp32 in every one.
+enum class Precision { fp32, amp_bf16, amp_fp16 };
+
+/// "fp32", "amp_bf16", "amp_fp16".
+BATON_API const char* precision_name(Precision precision);
+/// The precision named `name`; none for any other text.
+BATON_API std::optional<Precision> precision_from_name(std::string_view name);
+
+/// The seed of a run that names none: data order, model initialisation, datasets that draw.
+inline constexpr std::uint64_t kDefaultSeed = 42;
+
+struct TrainerSettings {
+  Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp; > 0
+  Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
+  std::int64_t batch_size = 128;                  // >= 1
+  std::int64_t eval_batch_size = 1000;            // >= 1
+  /// The data loader (docs/data.md): `workers` background threads (0 to 256) call Dataset::get for the batches
+  /// ahead, at most `prefetch` batches ahead of the one being trained on (or evaluated, or predicted). 0 workers:
+  /// each batch is fetched in the trainer's thread when it is needed. Every setting trains on the same batches in
+  /// the same order.
+  std::int64_t workers = 1;
+  std::int64_t prefetch = 0;  // 0: two per worker (prefetch_batches()); else at least `workers`
+  std::uint64_t seed = kDefaultSeed;  // data order; `baton train` also seeds model initialisation with it
+  /// Intra-op threads for the run (at::set_num_threads); 0 leaves LibTorch's setting as it is (`baton train`: one
+  /// per core, shared by the ranks on the machine).
+  std::int64_t threads = 0;
+  std::string device = "cpu";  // cpu | cuda | cuda:N: where the model, optimizer state and batches live
+  Precision precision = Precision::fp32;  // evaluation and prediction run under the same precision
+  /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
+  /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
+  /// step per batch. 0 (or >= batch_size): the whole batch at once.
+  std::int64_t microbatch_size = 0;
+  Time log_interval = Time(50, TimeUnit::batch);  // ba, > 0: how often train/loss is computed and logged
+  bool progress = true;                           // a progress bar when stderr is a terminal
+  /// A run whose weights are not finite (NaN, inf) at its end fails (fit() throws, naming the last checkpoint
+  /// saved with finite weights; no model.safetensors is written) unless this is true. A non-finite training loss
+  /// is always reported, at its batch, as a warning.
+  bool allow_nonfinite = false;
+  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
+  std::int64_t keep_last = 0;                     // >= 0; 0 keeps every checkpoint
+  std::string checkpoint_dir;                     // "": <run folder>/checkpoints
+
+  /// The batches the loader fetches ahead: `prefetch`, or two per worker (two with none) when it is 0.
+  std::int64_t prefetch_batches() const { return prefetch > 0 ? prefetch : 2 * (workers > 0 ? workers : 1); }
+};
+
+/// One setting that cannot run. `key` is its name in a config file ("data.workers"), `option` its member of
+/// TrainerSettings ("workers"); the message reads "expected <expected>, got <got>".
+struct SettingProblem {
+  std::string key;
+  std::string option;
+  std::string expected;  // "an integer in [0, 256]"
+  std::string got;       // the value as given, "-1"
+};
+
+/// Every problem of `settings`, in the order of the members above (empty when there is none): ranges, the time
+/// units each interval takes, the device's form, prefetch against workers, amp_fp16 on a CUDA device.
+BATON_API std::vector<SettingProblem> setting_problems(const TrainerSettings& settings);
+
+/// The most loader threads a setting may ask for: more than the cores can pay for a dataset that waits on
+/// storage; this many is a typo.
+inline constexpr std::int64_t kMaxWorkers = 256;
+
+}  // namespace baton
