@@ -274,7 +274,7 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   static_cast<TrainerSettings&>(t) = config.settings;  // the config's settings are the Trainer's, checked alike
   // One GPU per rank on each machine, as torchrun's LOCAL_RANK means.
   if (communicator && t.device == "cuda") t.device = "cuda:" + std::to_string(env.local_rank);
-  // Set only now, so the Trainer does not set them again.
+  // The threads are set above, with BLAS's, for this rank's share of the cores: the Trainer leaves them so.
   t.threads = 0;
   if (options.write_run_dir) {
     run->run_dir = (fs::path(config.run.dir) / config.run.name).string();

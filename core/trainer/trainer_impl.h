@@ -92,6 +92,7 @@ struct Trainer::Impl {
 
   // Declared in construction order: each collaborator takes references to the members above it.
   TrainerOptions options;
+  at::Device device;  // options.device, parsed once
   Model model;
   std::shared_ptr<torch::nn::Module> module;
   std::vector<NamedOptimizer> optimizers;
@@ -106,7 +107,6 @@ struct Trainer::Impl {
   Engine engine;
   std::vector<double> base_lrs;
   Precision precision;
-  at::Device device;
   RunContext context;                  // the above, for the collaborators below
   std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
   Checkpointer checkpoints;
