@@ -68,7 +68,7 @@ void record_locations(const PluginConfig& view, const std::string& section, cons
   for (const auto& key : view.keys()) (*ctx.locations)[section + "." + key] = view.where(key);
 }
 
-// A time in any unit the key's section allows (setting_problems checks each key's own units and zero rule).
+// A time in any unit: setting_problems checks each key's own units and zero rule.
 Time read_time(const PluginConfig& s, std::string_view key, Time fallback) {
   return s.has(key) ? s.get_time(key, {}) : fallback;  // (a fraction beyond 1dur is refused there, for every key)
 }
