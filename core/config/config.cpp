@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/toml_node.h"
+#include "config/words.h"
 #include "sdk/nearest.h"
 
 namespace baton {
@@ -34,9 +35,7 @@ std::string join(const std::vector<std::string_view>& items, std::string_view qu
   return out;
 }
 
-bool is_digits(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
+using config_words::is_digits;
 
 struct Context {
   std::string file;  // errors name it

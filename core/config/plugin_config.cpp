@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "config/toml_node.h"
+#include "config/words.h"
 
 namespace baton {
 namespace toml_detail {
@@ -387,12 +388,8 @@ Time PluginConfig::get_time(std::string_view key, const std::vector<TimeUnit>& u
   // A fraction of the run beyond the whole run is a point no run reaches: for every key (an interval, a warmup,
   // a start) it is a mistake, so it is refused here once rather than by each reader.
   if (time.unit() == TimeUnit::duration && time.value() > 1) refuse("a fraction of the run <= 1dur");
-  if (!units.empty() && std::find(units.begin(), units.end(), time.unit()) == units.end()) {
-    std::string allowed;
-    for (std::size_t i = 0; i < units.size(); ++i)
-      allowed += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(units[i]));
-    refuse("a time in " + allowed);
-  }
+  if (!units.empty() && std::find(units.begin(), units.end(), time.unit()) == units.end())
+    refuse("a time in " + config_words::units_text(units));
   if (zero == TimeZero::rejected && time.value() <= 0) refuse("a time > 0");
   return time;
 }

@@ -1,24 +1,14 @@
 #include "baton/settings.h"
 
 #include <algorithm>
-#include <initializer_list>
+
+#include "config/words.h"
 
 namespace baton {
 namespace {
 
-bool is_digits(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::string units_text(std::initializer_list<TimeUnit> units) {
-  std::string text;
-  std::size_t i = 0;
-  for (TimeUnit unit : units) {
-    text += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(unit));
-    ++i;
-  }
-  return text;
-}
+using config_words::is_digits;
+using config_words::units_text;
 
 // The problems of one run's settings, collected in the members' order.
 class Problems {
@@ -33,7 +23,7 @@ class Problems {
   }
 
   // A time in one of `units`; `positive`: zero refused too (a duration, a logging interval).
-  void time_in(const char* key, const char* option, const Time& time, std::initializer_list<TimeUnit> units,
+  void time_in(const char* key, const char* option, const Time& time, const std::vector<TimeUnit>& units,
                bool positive) {
     if (std::find(units.begin(), units.end(), time.unit()) == units.end())
       add(key, option, "a time in " + units_text(units), time.str());
