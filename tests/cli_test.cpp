@@ -363,7 +363,7 @@ TEST_SUITE("cli") {
 
     auto listed = run_baton(dir, {"plugins", "--path", BATON_TEST_PLUGIN_DIR, "--allow-insecure-plugins"});
     CHECK(listed.status == 0);
-    CHECK(contains(listed.out, "fixture_components   1.2.3      4    components"));
+    CHECK(contains(listed.out, "fixture_components   1.2.3      5    components"));
     CHECK(contains(listed.out, "model      fixture_linear   1.2.3      " + fixture("fixture_components")));
     // baton's own stay baton's, though the library's registration was the first to use the registries.
     const auto line_of = [&](const std::string& start) {
@@ -1016,6 +1016,17 @@ TEST_SUITE("cli") {
     CHECK(contains(unknown.err, "error: --weights best: evaluation with the \"best\" weights asked for, but the "
                                 "plugins of this run keep no such set; they keep \"ema\", \"raw\""));
     CHECK_FALSE(contains(unknown.out, "accuracy"));
+    // Plugins declare their sets before anything is built: a request none serves is refused before the data and
+    // the model are, so a model that cannot be built is never reached (and is, without the request).
+    write(dir / "bad_model.toml",
+          quick_config_with("widths = [32]", "widths = [0]") + "\n[[plugins]]\nname = \"ema\"\nhalf_life = \"4ba\"\n");
+    auto early = run_baton(dir, {"eval", "bad_model.toml", "--checkpoint", checkpoint, "--weights", "best"});
+    CHECK(early.status == 2);
+    CHECK(contains(early.err, "error: --weights best: evaluation with the \"best\" weights asked for"));
+    CHECK_FALSE(contains(early.err, "widths"));
+    auto late_model = run_baton(dir, {"eval", "bad_model.toml", "--checkpoint", checkpoint, "--weights", "ema"});
+    CHECK(late_model.status != 0);
+    CHECK(contains(late_model.err, "widths"));
 
     // predict writes each set's outputs and classes; the accuracy of its classes against the targets is the one
     // eval reports for the same weights, and the EMA's outputs are not the raw weights'.

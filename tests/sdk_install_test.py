@@ -193,11 +193,12 @@ def check_config_errors(prefix, run_root, plugin_dir):
     check("unknown key 'evry' for plugin 'grad_norm_logger'" in err, f"misspelt key: the error does not name it: {err!r}")
     check(not (run_root / "runs/misspelt/metrics.jsonl").exists(), "misspelt key: the run started anyway")
 
-    # A value the plugin rejects through config.fail().
+    # A value the plugin's getter rejects (a range, and what the key is for).
     config, err = train(prefix, run_root, "negative", plugin_dir, "max_norm = -1", "", expect=2)
     line = next(i + 1 for i, l in enumerate(config.read_text().splitlines()) if l.startswith("max_norm"))
-    check(f"{config.name}:{line}:" in err and "plugins.grad_clip.max_norm: must be > 0, got -1" in err,
-          f"max_norm = -1: expected '{config.name}:{line}:...plugins.grad_clip.max_norm: must be > 0, got -1': {err!r}")
+    expected = "plugins.grad_clip.max_norm: expected a number > 0 (the largest global gradient norm), got integer -1"
+    check(f"{config.name}:{line}:" in err and expected in err,
+          f"max_norm = -1: expected '{config.name}:{line}:...{expected}': {err!r}")
 
     # A value of the wrong type, read by PluginConfig::get_or.
     config, err = train(prefix, run_root, "wrong_type", plugin_dir, "max_norm = 1.0", 'every = "often"', expect=2)

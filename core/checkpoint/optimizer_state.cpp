@@ -11,6 +11,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include "baton/text.h"
 #include "baton/error.h"
 #include "checkpoint/optimizer_compat.h"
 
@@ -18,12 +19,6 @@ namespace baton {
 namespace {
 
 using optimizer_compat::state_key;
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 std::string group_prefix(std::size_t group) { return "group" + std::to_string(group) + "/"; }
 
@@ -36,7 +31,7 @@ class ParameterNames {
     auto found = by_impl_.find(param.unsafeGetTensorImpl());
     if (found == by_impl_.end()) {
       throw Error("optimizer parameter " + std::to_string(index) + " of param group " + std::to_string(group) +
-                  " (shape " + shape_text(param.sizes()) + ") is not among the named parameters");
+                  " (shape " + format_shape(param.sizes()) + ") is not among the named parameters");
     }
     return found->second;
   }
@@ -58,8 +53,8 @@ class SavedBuffers {
   at::Tensor like_param(const std::string& buffer) const {
     at::Tensor saved = take(buffer);
     if (saved.sizes() != param_.sizes()) {
-      throw CheckpointError("optimizer state tensor '" + key(buffer) + "' has shape " + shape_text(saved.sizes()) +
-                            ", but parameter '" + name_ + "' has shape " + shape_text(param_.sizes()));
+      throw CheckpointError("optimizer state tensor '" + key(buffer) + "' has shape " + format_shape(saved.sizes()) +
+                            ", but parameter '" + name_ + "' has shape " + format_shape(param_.sizes()));
     }
     if (saved.scalar_type() != param_.scalar_type()) {
       throw CheckpointError("optimizer state tensor '" + key(buffer) + "' has dtype " +
@@ -73,7 +68,7 @@ class SavedBuffers {
     at::Tensor saved = take(buffer);
     if (saved.numel() != 1 || saved.scalar_type() != at::kLong) {
       throw CheckpointError("optimizer state tensor '" + key(buffer) + "' must be a single int64 value, got " +
-                            std::string(c10::toString(saved.scalar_type())) + " of shape " + shape_text(saved.sizes()));
+                            std::string(c10::toString(saved.scalar_type())) + " of shape " + format_shape(saved.sizes()));
     }
     return saved.item<std::int64_t>();
   }

@@ -12,13 +12,13 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
+#include "baton/text.h"
 #include "baton/model_tensors.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/safetensors_file.h"
@@ -65,12 +65,6 @@ const DtypeInfo* dtype_by_name(const std::string& name) {
     if (name == d.name) return &d;
   }
   return nullptr;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -295,7 +289,7 @@ class HeaderParser {
     }
     if (entry.end - entry.begin != expected) {
       fail(where + ": data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "] span " +
-           std::to_string(entry.end - entry.begin) + " bytes, but shape " + shape_text(entry.shape) + " of " +
+           std::to_string(entry.end - entry.begin) + " bytes, but shape " + format_shape(entry.shape) + " of " +
            dtype_name(entry.dtype) + " needs " + std::to_string(expected));
     }
   }
@@ -449,10 +443,8 @@ std::size_t load_safetensors_into(torch::nn::Module& module, const std::string& 
     }
     const at::Tensor& value = *it->second;
     if (value.sizes() != item.tensor.sizes()) {
-      std::ostringstream shapes;
-      shapes << "tensor '" << item.name << "' is " << value.sizes() << " in the file but " << item.tensor.sizes()
-             << " in the module";
-      fail(shapes.str());
+      fail("tensor '" + item.name + "' is " + format_shape(value.sizes()) + " in the file but " +
+           format_shape(item.tensor.sizes()) + " in the module");
     }
     item.tensor.copy_(value);  // converts dtype and device
     used.insert(item.name);

@@ -110,11 +110,12 @@ void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
 }
 
 // eval and predict: a run that writes nothing, quiet, with the weight set asked for ("": the plugins' default).
-baton::RunOptions inference_options(const CommonArgs& args, const std::string& weights) {
+baton::RunOptions inference_options(const CommonArgs& args, const std::string& weights, const char* command) {
   baton::RunOptions options;
   options.write_run_dir = false;
   options.quiet = true;
   options.eval_weights = weights;
+  options.standalone = command;
   options.allow_insecure_plugins = args.allow_insecure;
   return options;
 }
@@ -141,14 +142,12 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
   baton::FitResult result = run->trainer->fit();
   // In a distributed run rank 0 alone prints the summary; the others say they are done.
   if (run->trainer->options().rank != 0) {
-    std::printf("rank %d of %d done at ep %lld ba %lld\n", run->trainer->options().rank,
-                run->trainer->options().world_size, static_cast<long long>(result.end.epoch),
-                static_cast<long long>(result.end.batch));
+    std::printf("rank %d of %d done at %s\n", run->trainer->options().rank, run->trainer->options().world_size,
+                baton::format_timestamp(result.end).c_str());
     return result.stop_cause == baton::StopCause::interrupted ? kExitInterrupted : 0;
   }
   print_eval_table(result.evals);
-  std::printf("\ntrained to ep %lld ba %lld in %.1f s%s%s\n", static_cast<long long>(result.end.epoch),
-              static_cast<long long>(result.end.batch), result.seconds,
+  std::printf("\ntrained to %s in %.1f s%s%s\n", baton::format_timestamp(result.end).c_str(), result.seconds,
               result.stop_reason.empty() ? "" : ", stopped: ", result.stop_reason.c_str());
   if (!result.last_checkpoint.empty()) std::printf("last checkpoint: %s\n", result.last_checkpoint.c_str());
   if (!run->run_dir.empty()) std::printf("run folder: %s\n", run->run_dir.c_str());
@@ -189,7 +188,7 @@ int run_check(const CommonArgs& args, bool print) {
 int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::string& weights) {
   require_checkpoint_folder("--checkpoint", checkpoint);
   baton::RunConfig config = load(args);
-  auto run = baton::build_run(config, inference_options(args, weights));
+  auto run = baton::build_run(config, inference_options(args, weights, "evaluation"));
   auto results = run->trainer->evaluate_standalone(checkpoint);
   // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
   if (run->trainer->options().rank != 0) return 0;
@@ -213,7 +212,7 @@ struct PredictArgs {
 int run_predict(const CommonArgs& args, const PredictArgs& predict) {
   require_checkpoint_folder("--checkpoint", predict.checkpoint);
   baton::RunConfig config = load(args);
-  auto run = baton::build_run(config, inference_options(args, predict.weights));
+  auto run = baton::build_run(config, inference_options(args, predict.weights, "prediction"));
   const baton::Dataset& data = predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
   baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
   if (run->trainer->options().rank != 0) return 0;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "baton/text.h"
 #include "baton/builtin_datasets.h"
 #include "baton/components.h"
 #include "components/builtins.h"
@@ -91,12 +92,6 @@ DatasetSplits make_synthetic(const PluginConfig& config, const DatasetContext& c
 }
 
 // ---- csv ----
-
-std::string number_text(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
 
 csv::Format read_format(const PluginConfig& config) {
   csv::Format format;
@@ -200,7 +195,7 @@ DatasetSplits make_csv(const PluginConfig& config, const DatasetContext& context
     for (std::int64_t r = 0; r < table.rows; ++r) {
       if (t[r] < 0 || t[r] != std::floor(t[r]))
         config.fail("task", "classification needs class numbers 0, 1, 2, ... in the target column, but row " +
-                                std::to_string(r + 1) + " holds " + number_text(t[r]) +
+                                std::to_string(r + 1) + " holds " + format_number(t[r]) +
                                 " (for values, set task = \"regression\")");
       num_classes = std::max(num_classes, static_cast<std::int64_t>(t[r]) + 1);
     }

@@ -6,19 +6,13 @@
 #include <cstdint>
 #include <random>
 
-namespace baton::detail {
+#include "baton/mix64.h"
 
-/// SplitMix64's finaliser: spreads nearby seeds (0, 1, 2 ...) into unrelated generator states.
-inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+namespace baton::detail {
 
 class PortableRandom {
  public:
-  explicit PortableRandom(std::uint64_t seed) : engine_(mix64(seed)) {}
+  explicit PortableRandom(std::uint64_t seed) : engine_(baton::mix64(seed)) {}
 
   /// Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }

@@ -10,6 +10,7 @@
 //   copied once into the batch tensor; pread does that copy in the kernel, with no extra one in between.
 // - Threads: pread takes its offset as an argument, so the loader's threads share one descriptor with no lock.
 // Runs of consecutive rows (an evaluation's batches; the sorted rows of a split) are read with one call each.
+#include "baton/text.h"
 #include "data/safetensors_dataset.h"
 
 #include <algorithm>
@@ -32,14 +33,8 @@ constexpr std::size_t kListedTensors = 20;         // a missing-tensor error nam
 constexpr std::int64_t kScanBytes = 4 << 20;       // class targets are checked this many bytes at a time
 constexpr std::uint64_t kSplitSeedSalt = 0x5afe7e45u;
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 std::string describe(const SafetensorsEntry& entry) {
-  return entry.name + " (" + safetensors_dtype_name(entry.dtype) + " " + shape_text(entry.shape) + ")";
+  return entry.name + " (" + safetensors_dtype_name(entry.dtype) + " " + format_shape(entry.shape) + ")";
 }
 
 // One tensor of a file, read as rows along dim 0.
@@ -315,8 +310,8 @@ DatasetSplits make_safetensors_dataset(const PluginConfig& config, const Dataset
     const auto differ = [&](const RowSource& a, const RowSource& b, const char* which) {
       if (a.row_shape != b.row_shape)
         config.fail("eval_path", b.file->path() + ": tensor '" + b.tensor + "' has rows of shape " +
-                                     shape_text(b.row_shape) + ", but the training file's " + which + " rows have " +
-                                     shape_text(a.row_shape));
+                                     format_shape(b.row_shape) + ", but the training file's " + which + " rows have " +
+                                     format_shape(a.row_shape));
     };
     if (train.has_inputs()) differ(train.inputs, eval.inputs, "input");
     if (train.has_targets()) differ(train.targets, eval.targets, "target");

@@ -31,7 +31,7 @@ std::vector<std::int64_t> full_order(const SamplerOptions& o, std::int64_t epoch
   std::vector<std::int64_t> order(static_cast<std::size_t>(o.dataset_size));
   std::iota(order.begin(), order.end(), std::int64_t{0});
   if (!o.shuffle) return order;
-  detail::PortableRandom random(detail::mix64(o.seed) ^ static_cast<std::uint64_t>(epoch));
+  detail::PortableRandom random(baton::mix64(o.seed) ^ static_cast<std::uint64_t>(epoch));
   for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[random.below(i + 1)]);
   return order;
 }

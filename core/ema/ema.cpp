@@ -4,7 +4,6 @@
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 
 #include <ATen/core/grad_mode.h>
@@ -15,6 +14,7 @@
 #include "baton/communicator.h"
 #include "baton/error.h"
 #include "baton/model_tensors.h"
+#include "baton/text.h"
 #include "baton/time.h"
 #include "ema/ema_kernel.h"
 
@@ -42,14 +42,6 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::string shape_string(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << ']';
-  return out.str();
 }
 
 void check_smoothing(double smoothing) {
@@ -262,8 +254,8 @@ struct ExponentialMovingAverage::Impl {
       }
       const at::IntArrayRef expected = entries[i].shape;
       if (tensor.sizes() != expected)
-        throw Error("EMA: tensor '" + name + "' has shape " + shape_string(tensor.sizes()) + " in the model but " +
-                    shape_string(expected) + " in the EMA");
+        throw Error("EMA: tensor '" + name + "' has shape " + format_shape(tensor.sizes()) + " in the model but " +
+                    format_shape(expected) + " in the EMA");
       out[i] = std::move(tensor);
       ++found;
       next = i + 1;
@@ -537,8 +529,8 @@ void ExponentialMovingAverage::load_state_dict(const std::vector<std::pair<std::
     if (sources[it->second]) throw Error("EMA state: tensor '" + name + "' appears twice");
     if (!tensor.defined()) throw Error("EMA state: tensor '" + name + "' is undefined");
     if (tensor.sizes() != at::IntArrayRef(expected.shape))
-      throw Error("EMA state: tensor '" + name + "' has shape " + shape_string(tensor.sizes()) +
-                  " but the EMA expects " + shape_string(expected.shape));
+      throw Error("EMA state: tensor '" + name + "' has shape " + format_shape(tensor.sizes()) +
+                  " but the EMA expects " + format_shape(expected.shape));
     if (tensor.scalar_type() != expected.dtype)
       throw Error("EMA state: tensor '" + name + "' has dtype " + std::string(c10::toString(tensor.scalar_type())) +
                   " but the EMA expects " + std::string(c10::toString(expected.dtype)));

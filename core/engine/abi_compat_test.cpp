@@ -40,12 +40,11 @@ std::string fixture(const std::string& name) {
 // A State whose members a plugin can only report right if it reads them where they are.
 void fill(baton::State& state) {
   state.progress.now.epoch = 2;
-  state.rank = 3;
-  state.world_size = 4;
-  state.seed = 99;
+  state.facts.set_ranks(3, 4);
+  state.facts.set_seed(99);
   state.eval_set = "holdout";
   state.eval_label = "eval_raw";
-  state.run_dir = "runs/abi";
+  state.facts.set_run_dir("runs/abi");
   state.abi_test_appended = "set by the test";
 }
 

@@ -5,6 +5,10 @@
 
 namespace baton {
 
+void collect_declarations(const Plugin& plugin, const std::string& id, Declarations& into) {
+  call_plugin([&] { plugin.declare(into); }, [&] { return "plugin '" + id + "' failed to declare"; });
+}
+
 Engine::Engine(State& state, Logger& logger) : state_(state), logger_(logger), dispatch_(kEventCount) {}
 
 void Engine::add(EngineEntry entry) {

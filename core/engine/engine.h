@@ -36,6 +36,10 @@ decltype(auto) call_plugin(Call&& call, Context&& context) {
   }
 }
 
+/// Adds what `plugin` declares (Plugin::declare) to `into`, guarded as every call into a plugin is: a failure is a
+/// PluginError naming the plugin.
+void collect_declarations(const Plugin& plugin, const std::string& id, Declarations& into);
+
 struct EngineEntry {
   std::string id;
   Algorithm* algorithm = nullptr;

@@ -264,7 +264,17 @@ TEST_SUITE("loader") {
     const std::string expected = path + ": plugin ABI version mismatch: got 3, supported " +
                                  std::to_string(BATON_PLUGIN_ABI_VERSION) +
                                  " (rebuild the plugin against this baton's SDK)";
-    CHECK(BATON_PLUGIN_ABI_VERSION == 4u);
+    CHECK(BATON_PLUGIN_ABI_VERSION == 5u);
+    CHECK(inspect_error(path) == expected);
+    CHECK(load_error(path) == expected);
+  }
+
+  TEST_CASE("an ABI-4 plugin is refused with a request to rebuild it against this SDK") {
+    // ABI 4's State held the run's facts and the plugins' declarations as members, at offsets ABI 5 no longer has:
+    // an ABI-4 plugin would read the wrong members, so it is refused before anything of it runs.
+    const std::string path = fixture("fixture_abi4");
+    const std::string expected = path + ": plugin ABI version mismatch: got 4, supported 5" +
+                                 " (rebuild the plugin against this baton's SDK)";
     CHECK(inspect_error(path) == expected);
     CHECK(load_error(path) == expected);
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "baton/text.h"
 #include "baton/components.h"
 #include "baton/error.h"
 #include "components/builtins.h"
@@ -21,7 +22,6 @@ namespace baton {
 namespace {
 
 using metrics_detail::fit_outputs;
-using metrics_detail::shape_text;
 
 /// Reduced-precision outputs (bfloat16, float16) as float32; float32 and float64 as they are.
 at::Tensor at_least_float(const at::Tensor& outputs) {
@@ -48,13 +48,13 @@ LossFunction cross_entropy(const PluginConfig& config, const DataSpec& all) {
     // label smoothing or MixUp), an integral one [N] holds class indices.
     if (at::isFloatingType(targets.scalar_type())) {
       if (targets.sizes() != out.sizes())
-        throw Error("cross_entropy: class probabilities of shape " + shape_text(targets) +
-                    " do not match the outputs' shape " + shape_text(out));
+        throw Error("cross_entropy: class probabilities of shape " + format_shape(targets.sizes()) +
+                    " do not match the outputs' shape " + format_shape(out.sizes()));
       return at::cross_entropy_loss(out, targets.to(out.scalar_type()), {}, at::Reduction::Mean, -100, smoothing);
     }
     if (out.dim() < 1 || targets.dim() != out.dim() - 1 || targets.size(0) != out.size(0))
-      throw Error("cross_entropy: class indices of shape " + shape_text(targets) + " do not fit outputs of shape " +
-                  shape_text(out) + " (one index per output row)");
+      throw Error("cross_entropy: class indices of shape " + format_shape(targets.sizes()) + " do not fit outputs of shape " +
+                  format_shape(out.sizes()) + " (one index per output row)");
     return at::cross_entropy_loss(out, targets.to(at::kLong), {}, at::Reduction::Mean, -100, smoothing);
   });
 }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "baton/text.h"
 #include "baton/components.h"
 #include "baton/error.h"
 #include "components/builtins.h"
@@ -28,7 +29,6 @@ namespace baton {
 namespace {
 
 using metrics_detail::fit_outputs;
-using metrics_detail::shape_text;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -45,7 +45,7 @@ at::Tensor predicted_classes(const std::string& metric, const at::Tensor& output
   if (outputs.dim() == 1 || (outputs.dim() == 2 && outputs.size(1) == 1))
     return cpu(outputs.detach().reshape({-1}).gt(0), at::kLong);
   throw Error(metric + ": expected outputs [N, classes] (or one logit per sample, [N] or [N, 1]), got shape " +
-              shape_text(outputs));
+              format_shape(outputs.sizes()));
 }
 
 /// The true class of each of `n` samples, int64 [N] on the CPU: class indices as they are, the argmax of class
@@ -58,7 +58,7 @@ at::Tensor target_classes(const std::string& metric, const at::Tensor& targets, 
     const at::Tensor flat = targets.detach().reshape({n});
     return cpu(floating ? at::round(flat) : flat, at::kLong);
   }
-  throw Error(metric + ": targets of shape " + shape_text(targets) + " do not fit " + std::to_string(n) +
+  throw Error(metric + ": targets of shape " + format_shape(targets.sizes()) + " do not fit " + std::to_string(n) +
               " predictions (expected class indices [N] or class probabilities [N, C])");
 }
 
@@ -113,7 +113,7 @@ class TopK : public SumsMetric {
   void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     if (outputs.dim() != 2 || outputs.size(1) < k_)
       throw Error("top_k: expected outputs [N, classes] with at least k = " + std::to_string(k_) +
-                  " classes, got shape " + shape_text(outputs));
+                  " classes, got shape " + format_shape(outputs.sizes()));
     const at::Tensor top = cpu(std::get<1>(outputs.detach().topk(k_, 1)), at::kLong);  // [N, k]
     const at::Tensor truth = target_classes(name_, targets, outputs.size(0));
     sums_[0] += static_cast<double>(top.eq(truth.unsqueeze(1)).any(1).sum().item<std::int64_t>());
@@ -160,7 +160,7 @@ class R2 : public SumsMetric {
     const std::int64_t n = y.dim() == 0 ? 1 : y.size(0);
     if (n == 0) return;
     if (y.numel() != n * columns_)
-      throw Error("r2: targets of shape " + shape_text(targets) + " do not hold " + std::to_string(columns_) +
+      throw Error("r2: targets of shape " + format_shape(targets.sizes()) + " do not hold " + std::to_string(columns_) +
                   " value(s) per sample, as the data's spec says");
     const double* yv = y.data_ptr<double>();
     const double* pv = predicted.data_ptr<double>();
@@ -213,7 +213,7 @@ class F1 : public SumsMetric {
   void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) override {
     const bool single_logit = outputs.dim() == 1 || (outputs.dim() == 2 && outputs.size(1) == 1);
     if (single_logit ? classes_ != 2 : (outputs.dim() != 2 || outputs.size(1) != classes_))
-      throw Error("f1: outputs of shape " + shape_text(outputs) + " do not give " + std::to_string(classes_) +
+      throw Error("f1: outputs of shape " + format_shape(outputs.sizes()) + " do not give " + std::to_string(classes_) +
                   " class scores per sample (or one logit, for 2 classes)");
     const at::Tensor predicted = predicted_classes(name_, outputs);
     const at::Tensor truth = target_classes(name_, targets, predicted.size(0));

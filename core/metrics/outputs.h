@@ -8,9 +8,6 @@
 
 namespace baton::metrics_detail {
 
-/// "[8, 1]"
-std::string shape_text(const at::Tensor& t);
-
 /// The outputs in the targets' shape: [N, 1] outputs against [N] targets (or any shapes with as many elements and
 /// the same batch size) are viewed as the targets' shape; anything else is an Error naming `who` and both shapes.
 at::Tensor fit_outputs(const std::string& who, const at::Tensor& outputs, const at::Tensor& targets);

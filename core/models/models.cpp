@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "baton/text.h"
 #include "baton/components.h"
 #include "baton/error.h"
 #include "components/builtins.h"
@@ -102,15 +103,9 @@ TORCH_MODULE(ConvNet);
   throw Error("model '" + spec.name + "': " + problem);
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string out;
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
-  return out.empty() ? "scalar" : out;
-}
-
 void check_spec(const ModelSpec& spec, const std::vector<std::int64_t>& widths) {
   for (auto d : spec.input_shape)
-    if (d < 1) bad_spec(spec, "every input dimension must be positive, got " + shape_text(spec.input_shape));
+    if (d < 1) bad_spec(spec, "every input dimension must be positive, got " + format_shape(spec.input_shape));
   if (spec.outputs < 1) bad_spec(spec, "outputs must be positive, got " + std::to_string(spec.outputs));
   if (!(spec.dropout >= 0 && spec.dropout < 1)) bad_spec(spec, "dropout must be in [0, 1)");
   for (auto width : widths)
@@ -121,7 +116,7 @@ void check_spec(const ModelSpec& spec, const std::vector<std::int64_t>& widths) 
 void check_convnet_shape(const ModelSpec& spec, const std::vector<std::int64_t>& widths) {
   if (spec.input_shape.size() != 3)
     bad_spec(spec, "needs image inputs (channels x height x width), but the data's samples are " +
-                       shape_text(spec.input_shape) + " (the mlp takes any shape)");
+                       format_shape(spec.input_shape) + " (the mlp takes any shape)");
   std::int64_t height = spec.input_shape[1], width = spec.input_shape[2];
   for (std::size_t i = 0; i < widths.size(); ++i) height /= 2, width /= 2;
   if (height < 1 || width < 1)

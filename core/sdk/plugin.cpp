@@ -7,6 +7,7 @@ void Plugin::state_dict(StateDict&) const {}
 void Plugin::load_state_dict(const StateDict&) {}
 void Plugin::close() {}
 void Plugin::subscribe(Subscriptions&) {}
+void Plugin::declare(Declarations&) const {}
 
 Subscriptions::Subscriptions() = default;
 Subscriptions::~Subscriptions() = default;
@@ -22,6 +23,8 @@ void Subscriptions::add_matched(std::string_view event, Match match, Handler han
 const std::vector<Subscriptions::Entry>& Subscriptions::entries() const { return entries_; }
 
 Algorithm::~Algorithm() = default;
+bool Algorithm::match(Event, const State&) { return false; }
+void Algorithm::apply(Event, State&, Logger&) {}
 
 Callback::~Callback() = default;
 #define BATON_EVENT(name) \
@@ -31,7 +34,6 @@ Callback::~Callback() = default;
 
 Logger::~Logger() = default;
 CheckpointInProgress::~CheckpointInProgress() = default;
-TrainingPasses::~TrainingPasses() = default;
 
 void State::request_stop(std::string reason) {
   // The first reason wins: it is the one that explains why the run ended.

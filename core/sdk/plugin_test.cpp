@@ -1,7 +1,10 @@
 #include "baton_test.h"  // first: it orders c10's and doctest's CHECK macros (the SDK includes ATen)
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
 
 #include "baton/plugin.h"
 
@@ -87,6 +90,74 @@ TEST_SUITE("sdk") {
     REQUIRE(events.entries().size() == 2);
     CHECK(events.entries()[0].event == "eval_end");
     CHECK(events.entries()[1].event == "not_an_event");
+  }
+
+  TEST_CASE("an algorithm subscribes one member function per event; the others keep Composer's match and apply") {
+    struct Counting : baton::Algorithm {
+      int ends = 0, starts = 0;
+      void subscribe(baton::Subscriptions& events) override {
+        events.on(baton::Event::batch_end, this, &Counting::on_end);
+        events.on(baton::Event::fit_start, this, &Counting::on_start);
+      }
+      void on_end(baton::State&, baton::Logger&) { ++ends; }
+      void on_start(baton::State&, baton::Logger&) { ++starts; }
+    } counting;
+    baton::Subscriptions events;
+    counting.subscribe(events);
+    REQUIRE(events.entries().size() == 2);
+    CHECK(events.entries()[0].event == "batch_end");
+    CHECK(events.entries()[1].event == "fit_start");
+    CHECK_FALSE(events.entries()[0].match);  // always runs
+    baton::State state;
+    NullLogger logger;
+    events.entries()[0].handler(state, logger);
+    events.entries()[0].handler(state, logger);
+    events.entries()[1].handler(state, logger);
+    CHECK(counting.ends == 2);
+    CHECK(counting.starts == 1);
+    // Not overridden: Composer's pair runs nowhere.
+    CHECK_FALSE(counting.match(baton::Event::batch_end, state));
+  }
+
+  TEST_CASE("Declarations keep each name once, in order; \"eval\" is every run's own pass") {
+    baton::Declarations run("cuda:1", 4, "ema");
+    CHECK(run.device() == "cuda:1");
+    CHECK(run.world_size() == 4);
+    CHECK(run.requested_weights() == "ema");
+    run.metric("a/x");
+    run.metric("b/y", true);
+    run.metric("a/x", false);  // again, now with a direction
+    run.weight_set("ema");
+    run.weight_set("raw");
+    run.weight_set("ema");
+    run.eval_pass("eval");
+    run.eval_pass("eval_raw");
+    run.eval_pass("eval_raw");
+    run.metric_family("l2/");
+    run.watch(baton::WatchedMetric{"eval/loss", "plugins.p.monitor", {"run.toml", 2, 3}, std::nullopt});
+    CHECK(run.metrics() == std::vector<std::string>{"a/x", "b/y"});
+    CHECK(run.directions() == std::map<std::string, bool>{{"a/x", false}, {"b/y", true}});
+    CHECK(run.weight_sets() == std::vector<std::string>{"ema", "raw"});
+    CHECK(run.eval_passes() == std::vector<std::string>{"eval_raw"});
+    CHECK(run.metric_families() == std::vector<std::string>{"l2/"});
+    REQUIRE(run.watched().size() == 1);
+    CHECK(run.watched()[0].where.line == 2);
+  }
+
+  TEST_CASE("RunFacts::maximizes: the mode, else the metric's direction, else one error at the key") {
+    baton::RunFacts facts;
+    facts.set_metrics({"eval/accuracy", "lr"}, {{"eval/accuracy", true}});
+    const baton::SourceLocation where{"run.toml", 4, 9};
+    CHECK(facts.maximizes({"eval/accuracy", "plugins.p.monitor", where, std::nullopt}));
+    CHECK_FALSE(facts.maximizes({"eval/accuracy", "plugins.p.monitor", where, false}));  // mode = "min" wins
+    CHECK(facts.maximizes({"lr", "plugins.p.monitor", where, true}));
+    CHECK_THROWS_WITH_AS(facts.maximizes({"lr", "plugins.p.monitor", where, std::nullopt}),
+                         doctest::Contains("run.toml:4:9: plugins.p.monitor: whether a higher or lower 'lr' is better "
+                                           "is not known to the run"),
+                         baton::ConfigError);
+    CHECK(facts.eval_passes() == std::vector<std::string>{"eval"});  // a State no trainer runs has the main pass
+    CHECK_FALSE(facts.can_probe());
+    CHECK_THROWS_AS(facts.probe_forward(baton::Batch()), baton::Error);
   }
 
   TEST_CASE("State::request_stop keeps the first reason") {

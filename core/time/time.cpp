@@ -2,7 +2,6 @@
 
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -39,16 +38,6 @@ bool is_plain_number(std::string_view digits) {
       return false;
   }
   return count > 0 && dots <= 1 && digits.front() != '.' && digits.back() != '.';
-}
-
-// Shortest decimal that reads back as the same double, so str() round-trips through parse().
-std::string shortest_decimal(double value) {
-  char buffer[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
-    if (std::strtod(buffer, nullptr) == value) break;
-  }
-  return buffer;
 }
 
 std::int64_t batches_for_samples(std::int64_t samples, std::int64_t samples_per_epoch, std::int64_t batches_per_epoch) {
@@ -95,7 +84,7 @@ std::string_view unit_suffix(TimeUnit unit) noexcept {
 Time::Time(double value, TimeUnit unit) : value_(value), unit_(unit) {
   const std::string problem = value_problem(value, unit);
   if (!problem.empty())
-    throw TimeError("invalid time " + quoted(shortest_decimal(value) + std::string(unit_suffix(unit))) + ": " +
+    throw TimeError("invalid time " + quoted(format_exact(value) + std::string(unit_suffix(unit))) + ": " +
                     problem);
 }
 
@@ -131,7 +120,7 @@ std::int64_t Time::count() const {
 }
 
 std::string Time::str() const {
-  if (unit_ == TimeUnit::duration) return shortest_decimal(value_) + "dur";
+  if (unit_ == TimeUnit::duration) return format_exact(value_) + "dur";
   return std::to_string(static_cast<std::int64_t>(value_)) + std::string(unit_suffix(unit_));
 }
 
@@ -181,26 +170,6 @@ void Timestamp::advance_epoch() {
 std::string format_timestamp(const Timestamp& t) {
   return "ep " + std::to_string(t.epoch) + " ba " + std::to_string(t.batch);
 }
-
-namespace {
-
-// printf with one precision and one double; + 0.0 turns -0 into 0, and a nan prints without the sign glibc gives
-// some of them ("-nan"), which tells a reader nothing.
-std::string print_number(const char* format, int precision, double value) {
-  if (std::isnan(value)) return "nan";
-  value += 0.0;
-  // Measured first: %.*f of 1e308 has 309 digits before the point.
-  const int length = std::snprintf(nullptr, 0, format, precision, value);
-  std::string out(static_cast<std::size_t>(length), '\0');
-  std::snprintf(out.data(), out.size() + 1, format, precision, value);
-  return out;
-}
-
-}  // namespace
-
-std::string format_number(double value, int significant) { return print_number("%.*g", significant, value); }
-
-std::string format_decimals(double value, int decimals) { return print_number("%.*f", decimals, value); }
 
 double Progress::fraction() const {
   if (max_duration.unit() == TimeUnit::duration)

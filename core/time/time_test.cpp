@@ -248,37 +248,4 @@ TEST_SUITE("time") {
     t.batch_in_epoch = 100;
     CHECK(baton::format_timestamp(t) == "ep 2 ba 300");
   }
-
-  TEST_CASE("format_number writes significant digits as %g does") {
-    using baton::format_number;
-    CHECK(format_number(0.9993070929904525) == "0.999307");  // six by default
-    CHECK(format_number(2.0) == "2");
-    CHECK(format_number(1000.0) == "1000");
-    CHECK(format_number(0.8125) == "0.8125");
-    CHECK(format_number(1e-5) == "1e-05");
-    CHECK(format_number(1234567.0) == "1.23457e+06");
-    CHECK(format_number(-2.5) == "-2.5");
-    CHECK(format_number(0.28867513459481287, 4) == "0.2887");
-    CHECK(format_number(0.05, 6) == "0.05");
-    CHECK(format_number(-0.0) == "0");
-    CHECK(format_number(std::numeric_limits<double>::quiet_NaN()) == "nan");
-    CHECK(format_number(-std::numeric_limits<double>::quiet_NaN()) == "nan");
-    CHECK(format_number(std::numeric_limits<double>::infinity()) == "inf");
-    CHECK(format_number(-std::numeric_limits<double>::infinity()) == "-inf");
-  }
-
-  TEST_CASE("format_decimals writes a fixed number of digits after the point") {
-    using baton::format_decimals;
-    CHECK(format_decimals(2.302585, 4) == "2.3026");
-    CHECK(format_decimals(12.0, 1) == "12.0");
-    CHECK(format_decimals(0.5, 0) == "0");      // a tie rounds to even, as printf does
-    CHECK(format_decimals(1.005, 2) == "1.00");  // 1.005 is stored as 1.00499999999999989...
-    CHECK(format_decimals(-0.0, 2) == "0.00");
-    CHECK(format_decimals(-3.14159, 3) == "-3.142");
-    // Longer than any fixed buffer a caller might guess: 1e308 has 309 digits before the point.
-    const std::string huge = format_decimals(1e308, 0);
-    CHECK(huge.size() == 309);
-    CHECK(huge.substr(0, 20) == "10000000000000000109");
-    CHECK(format_decimals(std::numeric_limits<double>::quiet_NaN(), 2) == "nan");
-  }
 }

@@ -11,6 +11,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "baton/text.h"
 #include "baton/model_tensors.h"
 #include "baton/optimizer_state.h"
 #include "config/config.h"
@@ -167,10 +168,9 @@ void Checkpointer::restore_model(const CheckpointData& data, const std::string& 
       throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is missing");
     at::Tensor value = saved->tensor(name);
     if (value.sizes() != tensor.sizes() || value.scalar_type() != tensor.scalar_type()) {
-      std::ostringstream msg;
-      msg << "checkpoint " << path << ": model tensor '" << name << "' is " << value.scalar_type() << value.sizes()
-          << " in the checkpoint but " << tensor.scalar_type() << tensor.sizes() << " in the model";
-      throw CheckpointError(msg.str());
+      throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is " +
+                            c10::toString(value.scalar_type()) + format_shape(value.sizes()) + " in the checkpoint but " +
+                            c10::toString(tensor.scalar_type()) + format_shape(tensor.sizes()) + " in the model");
     }
     tensor.copy_(value);
   }

@@ -207,8 +207,7 @@ std::vector<EvalResult> Evaluator::run() {
   state_.eval_set = set_;  // from eval_before_all to eval_after_all
   engine_.fire(Event::eval_before_all);
   std::vector<EvalResult> results;
-  const std::vector<std::string> labels = state_.eval_labels;  // a change mid-evaluation affects the next one
-  for (const auto& label : labels) results.push_back(pass(label));
+  for (const auto& label : state_.facts.eval_passes()) results.push_back(pass(label));
   state_.eval_label.clear();
   engine_.fire(Event::eval_after_all);
   state_.eval_set.clear();
@@ -218,11 +217,10 @@ std::vector<EvalResult> Evaluator::run() {
 
 PredictResult Evaluator::predict(const Dataset& data) {
   torch::nn::Module& module = *model_.ptr();
-  // A plugin that keeps several weight sets names the one it swaps in here (not a pass label: none runs now).
-  state_.eval_label.clear();
+  // A plugin that keeps several weight sets names the one it swaps in here (State::weights).
+  state_.weights.clear();
   engine_.fire(Event::predict_start);
-  const std::string weights = state_.eval_label;
-  state_.eval_label.clear();
+  const std::string weights = state_.weights;
   const bool was_training = module.is_training();
   module.eval();
   std::vector<Outputs> outputs;

@@ -1,6 +1,6 @@
 #pragma once
 // The trainer's inference collaborator: the passes over the evaluation set (eval_before_all, then for each label
-// in State::eval_labels eval_start … eval_end, then eval_after_all), their loss and metrics reduced across ranks,
+// in RunFacts::eval_passes eval_start … eval_end, then eval_after_all), their loss and metrics reduced across ranks,
 // the run's history of evaluations for the final table and chart, and prediction over a dataset.
 #include <cstdint>
 #include <functional>
@@ -39,7 +39,7 @@ class Evaluator {
             std::vector<NamedMetric> metrics, std::string set, std::vector<EvalRecord>& history);
 
   bool has_data() const { return data_.size() > 0; }
-  /// Every pass of State::eval_labels; one result per pass.
+  /// Every pass of RunFacts::eval_passes; one result per pass.
   std::vector<EvalResult> run();
   /// Runs the model over `data` (eval_batch_size at a time) as predict_start, per batch predict_batch_start …
   /// predict_batch_end with the batch and its outputs on State, then predict_end. Every rank predicts the whole

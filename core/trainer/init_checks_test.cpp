@@ -1,6 +1,6 @@
-// What the trainer settles once init is complete: each metric's direction (State::metric_higher_is_better), the
-// directions plugins rely on (State::directed_metrics), and the weight set a standalone evaluation or prediction
-// asks for against the sets plugins declare (State::weight_sets).
+// What the trainer settles from the plugins' declarations (Plugin::declare) once init is complete: each metric's
+// direction (RunFacts::higher_is_better), the metrics plugins watch and rank by their direction, and the weight set
+// a standalone evaluation or prediction asks for against the sets plugins declare (RunFacts::weight_sets).
 #include "baton_test.h"
 
 #include <functional>
@@ -31,36 +31,31 @@ struct ConstantMetric : baton::Metric {
   bool higher_is_better() const override { return higher; }
 };
 
-// At init: adds the "eval_raw" pass, declares the direction of a metric of its own and a contrary one for a metric
-// the run computes, and names the metrics it ranks by their direction.
+// Declares the "eval_raw" pass, the direction of a metric of its own and a contrary one for a metric the run
+// computes, a family of names, and the metrics it ranks by their direction.
 struct Declaring : baton::Callback {
   std::vector<baton::WatchedMetric> directed;
-  void init(baton::State& s, baton::Logger&) override {
-    s.eval_labels.push_back("eval_raw");
-    s.metric_names.push_back("plug/score");
-    s.metric_higher_is_better["plug/score"] = true;
-    s.metric_higher_is_better["eval/spread"] = true;  // the metric's own answer (false) stands
-    for (const auto& d : directed) {
-      s.watched_metrics.push_back(d);
-      s.directed_metrics.push_back(d);
-    }
+  void declare(baton::Declarations& run) const override {
+    run.eval_pass("eval_raw");
+    run.metric("plug/score", true);
+    run.metric("eval/spread", true);  // the metric's own answer (false) stands
+    run.metric_family("plug/layer/");
+    for (const auto& d : directed) run.watch(d);
   }
 };
 
-// Keeps the weight sets "average" and "raw", and notes the request it saw at init and the evaluations it served.
+// Keeps the weight sets "average" and "raw" and the pass "eval_average", and notes the request it saw at init, the
+// passes it was evaluated in and the evaluations it served.
 struct KeepsSets : baton::Callback {
   std::string request;
-  int evaluations = 0;
-  void init(baton::State& s, baton::Logger&) override {
-    s.weight_sets.insert(s.weight_sets.end(), {"average", "raw"});
-    request = s.eval_weights;
+  std::vector<std::string> passes;
+  void declare(baton::Declarations& run) const override {
+    run.weight_set("average");
+    run.weight_set("raw");
+    run.eval_pass("eval_average");
   }
-  void eval_start(baton::State&, baton::Logger&) override { ++evaluations; }
-};
-
-// A plugin built before State::weight_sets: it takes the request by clearing State::eval_weights.
-struct TakesRequest : baton::Callback {
-  void init(baton::State& s, baton::Logger&) override { s.eval_weights.clear(); }
+  void init(baton::State& s, baton::Logger&) override { request = s.facts.requested_weights(); }
+  void eval_start(baton::State& s, baton::Logger&) override { passes.push_back(s.eval_label); }
 };
 
 baton::TrainerOptions with_metrics() {
@@ -98,7 +93,8 @@ TEST_SUITE("trainer") {
     auto trainer = make_trainer(with_metrics(), "mlp");
     trainer->add_plugin("declaring", std::make_shared<Declaring>());
     trainer->check();
-    const auto& state = trainer->state();
+    const baton::RunFacts& facts = trainer->state().facts;
+    CHECK(facts.eval_passes() == std::vector<std::string>{"eval", "eval_raw"});
     // Every pass ("eval" and the plugin's "eval_raw") on both sets; a plugin's own metric as it declared it.
     const std::map<std::string, bool> expected = {
         {"train/loss", false},
@@ -107,25 +103,37 @@ TEST_SUITE("trainer") {
         {"eval/holdout/loss", false},   {"eval/holdout/accuracy", true},
         {"eval_raw/holdout/loss", false}, {"eval_raw/holdout/accuracy", true},
         {"plug/score", true}};
-    CHECK(state.metric_higher_is_better == expected);
-    CHECK(state.higher_is_better("eval/spread") == false);
-    CHECK(state.higher_is_better("eval/hits") == true);
-    CHECK_FALSE(state.higher_is_better("lr").has_value());  // logged, but no one says which way is better
+    for (const auto& [name, higher] : expected) {
+      CAPTURE(name);
+      CHECK(facts.higher_is_better(name) == higher);
+      CHECK(facts.logs(name));
+    }
+    // The run's own names first, then the plugin's: 2 + 2 passes x (3 + 2) metrics + 1.
+    CHECK(facts.metric_names().size() == 2 + 2 * 5 + 1);
+    CHECK(facts.metric_names().front() == "train/loss");
+    CHECK(facts.metric_names().back() == "plug/score");
+    CHECK_FALSE(facts.higher_is_better("lr").has_value());  // logged, but no one says which way is better
+    CHECK(facts.logs("lr"));
+    // A family covers the names under its prefix, not the prefix itself nor a neighbour.
+    CHECK(facts.logs("plug/layer/fc1.weight"));
+    CHECK_FALSE(facts.logs("plug/layer/"));
+    CHECK_FALSE(facts.logs("plug/layers"));
+    CHECK_FALSE(facts.logs("eval/sprad"));
   }
 
   TEST_CASE("a metric a plugin ranks without a mode must have a direction: refused at its key before the run") {
     const baton::SourceLocation where{"run.toml", 3, 11};
     auto directed = [&](const std::string& metric) {
       auto plugin = std::make_shared<Declaring>();
-      plugin->directed = {baton::WatchedMetric{metric, "plugins.p.monitor", where}};
+      plugin->directed = {baton::WatchedMetric{metric, "plugins.p.monitor", where, std::nullopt}};
       return plugin;
     };
     auto unknown = make_trainer(with_metrics(), "mlp");
     unknown->add_plugin("p", directed("lr"));
     CHECK(config_error_of(*unknown, [](baton::Trainer& t) { t.check(); }) ==
           "run.toml:3:11: plugins.p.monitor: whether a higher or lower 'lr' is better is not known to the run (it "
-          "knows the direction of evaluation metrics and losses, and of the metrics plugins declare in "
-          "State::metric_higher_is_better); set mode = \"max\" or \"min\" beside it");
+          "knows the direction of evaluation metrics and losses, and of the metrics plugins declare with one); "
+          "set mode = \"max\" or \"min\" beside it");
     CHECK(unknown->state().progress.now.batch == 0);
 
     for (const char* known : {"eval/spread", "eval_raw/hits", "train/loss", "plug/score"}) {
@@ -134,6 +142,14 @@ TEST_SUITE("trainer") {
       trainer->add_plugin("p", directed(known));
       CHECK_NOTHROW(trainer->check());
     }
+
+    // With `mode` given, a metric without a direction is fine: the mode ranks.
+    auto with_mode = make_trainer(with_metrics(), "mlp");
+    auto plugin = std::make_shared<Declaring>();
+    plugin->directed = {baton::WatchedMetric{"lr", "plugins.p.monitor", where, false}};
+    with_mode->add_plugin("p", plugin);
+    CHECK_NOTHROW(with_mode->check());
+    CHECK_FALSE(with_mode->state().facts.maximizes(plugin->directed.front()));
 
     // A name the run never logs is reported as such, with the names it does log.
     auto typo = make_trainer(with_metrics(), "mlp");
@@ -148,9 +164,18 @@ TEST_SUITE("trainer") {
       auto trainer = asking_for("average");
       auto keeper = std::make_shared<KeepsSets>();
       trainer->add_plugin("keeper", keeper);
+      // A request is one pass, the main one: the plugin's own pass would evaluate the same weights again.
       CHECK(trainer->evaluate_standalone().size() == 1);
-      CHECK(keeper->request == "average");  // the request stays on State for the plugin whose set it names
-      CHECK(keeper->evaluations == 1);
+      CHECK(keeper->request == "average");  // the request is a fact of the run, for the plugin whose set it names
+      CHECK(keeper->passes == std::vector<std::string>{"eval"});
+    }
+    {
+      // Without a request, every declared pass runs.
+      auto trainer = asking_for("");
+      auto keeper = std::make_shared<KeepsSets>();
+      trainer->add_plugin("keeper", keeper);
+      CHECK(trainer->evaluate_standalone().size() == 2);
+      CHECK(keeper->passes == std::vector<std::string>{"eval", "eval_average"});
     }
     {
       auto trainer = asking_for("best");
@@ -159,7 +184,8 @@ TEST_SUITE("trainer") {
       CHECK(config_error_of(*trainer, [](baton::Trainer& t) { t.evaluate_standalone(); }) ==
             "--weights best: evaluation with the \"best\" weights asked for, but the plugins of this run keep no "
             "such set; they keep \"average\", \"raw\"");
-      CHECK(keeper->evaluations == 0);  // refused before anything ran
+      CHECK(keeper->passes.empty());  // refused before anything ran
+      CHECK(trainer->state().facts.metric_names().empty());  // init never ran
     }
     {
       // Two plugins may keep a set of the same name: it is listed once.
@@ -176,11 +202,6 @@ TEST_SUITE("trainer") {
             "--weights ema: evaluation with the \"ema\" weights asked for, but no plugin of this run keeps more "
             "than one set of weights: run it without --weights, or with a config that loads such a plugin");
     }
-    {
-      // The handshake of plugins built before State::weight_sets: a request taken at init is served.
-      auto trainer = asking_for("ema");
-      trainer->add_plugin("older", std::make_shared<TakesRequest>());
-      CHECK(trainer->evaluate_standalone().size() == 1);
-    }
+    
   }
 }

@@ -36,7 +36,7 @@ struct DtypeRecorder : baton::Callback {
   void after_forward(baton::State& s, baton::Logger&) override { outputs.push_back(s.outputs.main().scalar_type()); }
   void after_loss(baton::State& s, baton::Logger&) override { losses.push_back(s.loss.scalar_type()); }
   void after_train_batch(baton::State& s, baton::Logger&) override {
-    for (const auto& p : s.model->parameters()) {
+    for (const auto& p : s.facts.model()->parameters()) {
       weights.push_back(p.scalar_type());
       if (p.grad().defined()) grads.push_back(p.grad().scalar_type());
     }

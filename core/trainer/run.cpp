@@ -23,6 +23,8 @@
 #include "baton/communicator.h"
 #include "baton/components.h"
 #include "components/build.h"
+#include "engine/engine.h"
+#include "trainer/init_checks.h"
 #include "trainer/evaluator.h"  // default_loss_name
 
 namespace fs = std::filesystem;
@@ -240,6 +242,15 @@ std::vector<LoadedPlugin> load_plugins(const RunConfig& config, bool allow_insec
   return plugins;
 }
 
+static void check_declared_weights(const std::vector<LoadedPlugin>& plugins, const std::string& device, int world_size,
+                            const std::string& requested, const char* command) {
+  if (requested.empty()) return;
+  Declarations declared(device, world_size, requested);
+  for (const auto& plugin : plugins)
+    if (plugin.plugin) collect_declarations(*plugin.plugin, plugin.id, declared);
+  check_weight_request(declared.weight_sets(), requested, command);
+}
+
 std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
   check_machine(config);
   auto run = std::make_unique<Run>();
@@ -266,8 +277,11 @@ std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& option
   // Model initialisation draws from the global generator: seeding it makes runs repeatable.
   at::manual_seed(config.settings.seed);
 
-  // Plugins first: a plugin library may register the components the sections below name.
+  // Plugins first: a plugin library may register the components the sections below name. What they declare is
+  // known now, so a --weights request no plugin serves fails before any data or model is built.
   run->plugins = load_plugins(config, options.allow_insecure_plugins);
+  check_declared_weights(run->plugins, config.settings.device, env.world_size, options.eval_weights,
+                         options.standalone);
   BuiltComponents built = build_components(config);
 
   TrainerOptions t;

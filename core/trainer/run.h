@@ -18,6 +18,7 @@ struct RunOptions {
   bool allow_insecure_plugins = false;
   bool write_run_dir = true;    // false: nothing is written (evaluation)
   std::string eval_weights;     // baton eval --weights
+  const char* standalone = "evaluation";  // what eval_weights is for, in its errors: "evaluation", "prediction"
 };
 
 struct Run {

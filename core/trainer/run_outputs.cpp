@@ -16,16 +16,16 @@ namespace fs = std::filesystem;
 namespace baton {
 
 void ModelExport::fit_end(State& state, Logger&) {
-  if (failed_ || state.rank != 0 || state.run_dir.empty() || state.model == nullptr) return;
-  fs::create_directories(state.run_dir);
+  if (failed_ || state.facts.rank() != 0 || state.facts.run_dir().empty() || state.facts.model() == nullptr) return;
+  fs::create_directories(state.facts.run_dir());
   const std::map<std::string, std::string> metadata{{"format", "pt"},
                                                     {"baton.timestamp", format_timestamp(state.progress.now)}};
-  write_safetensors_atomic((fs::path(state.run_dir) / "model.safetensors").string(), named_model_tensors(*state.model),
+  write_safetensors_atomic((fs::path(state.facts.run_dir()) / "model.safetensors").string(), named_model_tensors(*state.facts.model()),
                            metadata);
 }
 
 void EvalPlots::fit_end(State& state, Logger&) {
-  if (state.rank != 0 || state.run_dir.empty()) return;
+  if (state.facts.rank() != 0 || state.facts.run_dir().empty()) return;
   std::vector<std::string> names;
   for (const auto& metric : metrics_) names.push_back(metric.name);
   names.push_back("loss");
@@ -45,18 +45,18 @@ void EvalPlots::fit_end(State& state, Logger&) {
     PlotOptions plot;
     plot.title = "evaluation " + metric;
     plot.y_label = metric;
-    fs::create_directories(state.run_dir);
-    write_line_chart_svg((fs::path(state.run_dir) / ("eval_" + metric + ".svg")).string(), series, plot);
+    fs::create_directories(state.facts.run_dir());
+    write_line_chart_svg((fs::path(state.facts.run_dir()) / ("eval_" + metric + ".svg")).string(), series, plot);
   }
   // The training loss per logged step (trainer.log_interval), from metrics.jsonl: a resumed run's whole curve.
-  PlotSeries train_loss{"train/loss", read_logged_metric((fs::path(state.run_dir) / "metrics.jsonl").string(),
+  PlotSeries train_loss{"train/loss", read_logged_metric((fs::path(state.facts.run_dir()) / "metrics.jsonl").string(),
                                                          "train/loss")};
   if (!train_loss.points.empty()) {
     PlotOptions plot;
     plot.title = "training loss";
     plot.y_label = "loss";
-    fs::create_directories(state.run_dir);
-    write_line_chart_svg((fs::path(state.run_dir) / "train_loss.svg").string(), {train_loss}, plot);
+    fs::create_directories(state.facts.run_dir());
+    write_line_chart_svg((fs::path(state.facts.run_dir()) / "train_loss.svg").string(), {train_loss}, plot);
   }
 }
 

@@ -70,7 +70,7 @@ struct L2Term : baton::Algorithm {
     return (e == Event::after_loss || e == Event::after_backward) && s.timestamp().batch == 0;
   }
   void apply(Event e, baton::State& s, baton::Logger&) override {
-    at::Tensor p = s.model->parameters().front();
+    at::Tensor p = s.facts.model()->parameters().front();
     if (e == Event::after_loss) {
       parameter_before = p.detach().clone();
       if (weight != 0) s.loss = s.loss + p.pow(2).sum() * (weight / 2);

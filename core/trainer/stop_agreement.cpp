@@ -45,9 +45,9 @@ bool StopAgreement::check(State& state) {
   }
   // A signal reaches the ranks one after another: the ranks agree on whether any had one, so a rank that is asked a
   // moment before its own signal lands still reports the interrupt (and exits 130).
-  if (state.communicator) {
+  if (state.facts.communicator()) {
     const bool interrupted = cause_ == StopCause::interrupted;
-    const auto counts = state.communicator->sum({state.stop_requested() ? 1.0 : 0.0, interrupted ? 1.0 : 0.0});
+    const auto counts = state.facts.communicator()->sum({state.stop_requested() ? 1.0 : 0.0, interrupted ? 1.0 : 0.0});
     if (counts[1] > 0 && !state.stop_requested())
       stop(state, StopCause::interrupted, kInterruptedReason);
     else if (counts[0] > 0 && !state.stop_requested())

@@ -43,8 +43,7 @@ struct Trainer::Impl {
   void add_eval_sets();
   void ensure_init();
   void offer_probe();
-  void complete_metric_names();
-  void check_watched_metrics() const;
+  void settle_declarations();
   void prepare_standalone(const std::string& checkpoint, const char* command);
   std::string nonfinite_tensor() const;
   void note_checkpoint();
@@ -103,6 +102,7 @@ struct Trainer::Impl {
   TrainLoader train_loader;  // after `train` and `sampler`, which it reads
   State state;
   PluginList plugins;
+  Declarations declarations;  // what the plugins declared as they were added
   RunLogger logger;
   Engine engine;
   std::vector<double> base_lrs;

@@ -12,7 +12,6 @@
 
 #include "baton/communicator.h"
 #include "config/config.h"
-#include "sdk/nearest.h"
 #include "baton/time.h"
 #include "trainer/init_checks.h"
 #include "trainer/trainer_impl.h"
@@ -108,6 +107,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       sampler(SamplerOptions{train->size(), options.batch_size, options.shuffle, /*drop_last=*/false, options.seed,
                              options.rank, options.world_size}),
       train_loader(*train, sampler, loader_options(options, device)),
+      declarations(options.device, options.world_size, options.eval_weights),
       logger(state, logger_options()),
       engine(state, logger),
       base_lrs(initial_lrs(optimizers)),
@@ -125,17 +125,17 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
   if (model.training_step() && precision != Precision::fp32)
     throw Error("trainer: a model with its own training step trains in fp32 for now (precision \"" +
                 std::string(precision_name(precision)) + "\")");
-  for (const auto& o : optimizers) state.optimizers.emplace_back(o.name, o.optimizer.get());
-  state.device = options.device;
-  state.eval_weights = options.eval_weights;
-  state.rank = options.rank;
-  state.world_size = options.world_size;
-  state.seed = options.seed;
-  state.communicator = options.communicator;
-  state.run_dir = options.run_dir;
-  state.model = module.get();
-  state.optimizer = optimizer.get();
-  state.passes = &passes;
+  NamedOptimizerPointers named;
+  for (const auto& o : optimizers) named.emplace_back(o.name, o.optimizer.get());
+  RunFacts& facts = state.facts;
+  facts.set_optimizers(std::move(named));
+  facts.set_device(options.device);
+  facts.set_requested_weights(options.eval_weights);
+  facts.set_ranks(options.rank, options.world_size, options.communicator);
+  facts.set_seed(options.seed);
+  facts.set_run_dir(options.run_dir);
+  facts.set_model(module.get());
+  facts.set_passes(&passes);
   state.progress.max_duration = options.max_duration;
   state.progress.batches_per_epoch = sampler.batches_per_epoch();
   // Progress counts the samples of all ranks: every rank's share of an epoch is the same size.
@@ -188,15 +188,22 @@ void Trainer::Impl::ensure_init() {
   engine.add(EngineEntry{"model_export", nullptr, &model_export});
   engine.add(EngineEntry{"eval_plots", nullptr, &plots});
   offer_probe();
+  // The passes and sets as declared; a request for one set of weights (baton eval --weights) is one pass, the
+  // main one with that set: another pass would evaluate the same weights again.
+  std::vector<std::string> passes = {"eval"};
+  if (options.eval_weights.empty())
+    passes.insert(passes.end(), declarations.eval_passes().begin(), declarations.eval_passes().end());
+  state.facts.set_eval_passes(std::move(passes));
+  state.facts.set_weight_sets(declarations.weight_sets());
   fire(Event::init);
-  complete_metric_names();
-  check_watched_metrics();
+  settle_declarations();
 }
 
 // What a plugin needs at init to check that the model takes the batches it will make.
 void Trainer::Impl::offer_probe() {
-  if (train->size() > 0) state.example_batch = train->get(at::zeros({1}, at::kLong));
-  state.probe_forward = [this](const Batch& batch) {
+  Batch example;
+  if (train->size() > 0) example = train->get(at::zeros({1}, at::kLong));
+  state.facts.set_probe([this](const Batch& batch) {
     c10::NoGradGuard no_grad;
     const bool was_training = module->is_training();
     module->eval();
@@ -206,46 +213,35 @@ void Trainer::Impl::offer_probe() {
       ~Restore() { m.train(on); }
     } restore{*module, was_training};
     return model.forward(to_device(batch, device));
-  };
+  }, std::move(example));
 }
 
-// After init every pass is known (plugins add theirs at init), and so is every name the run will log.
-// Their directions too (a loss: lower is better), for plugins that rank by a metric without being told how.
-void Trainer::Impl::complete_metric_names() {
+// After init every name the run logs is known: its own (the training loss, the lr, every evaluation pass's
+// metrics and losses, with their directions) and what plugins declared. Then each metric a plugin watches is
+// checked against them, so a typo or a metric without a direction fails at its key before the run starts.
+void Trainer::Impl::settle_declarations() {
   std::vector<std::string> names = {"train/loss", "lr"};
   std::map<std::string, bool> higher_is_better = {{"train/loss", false}};
   for_each_eval_set([&](Evaluator& set, Schedule&) {
-    for (auto& [name, higher] : set.metric_directions(state.eval_labels)) {
+    for (auto& [name, higher] : set.metric_directions(state.facts.eval_passes())) {
       higher_is_better[name] = higher;
       names.push_back(std::move(name));
     }
   });
-  // The run's own first, then what plugins declared, each once.
-  for (auto& name : state.metric_names)
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
-  state.metric_names = std::move(names);
-  settle_metric_directions(state, std::move(higher_is_better));
-}
-
-void Trainer::Impl::check_watched_metrics() const {
-  for (const auto& watched : state.watched_metrics) {
-    const auto& names = state.metric_names;
-    if (std::find(names.begin(), names.end(), watched.metric) != names.end()) continue;
-    std::string all;
-    for (const auto& name : names) all += (all.empty() ? "" : ", ") + name;
-    throw ConfigError(watched.where, watched.key,
-                      "this run logs no metric '" + watched.metric + "'" + detail::did_you_mean(watched.metric, names) +
-                          "; it logs " + all +
-                          " (a plugin's own metrics count when it declares them in State::metric_names at init)");
-  }
+  // The run's own first, then what plugins declared, each once; the run's direction stands for its own metrics.
+  for (const auto& name : declarations.metrics())
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  higher_is_better.insert(declarations.directions().begin(), declarations.directions().end());
+  state.facts.set_metrics(std::move(names), std::move(higher_is_better), declarations.metric_families());
+  check_watched_metrics(state.facts, declarations.watched());
 }
 
 // Loads `checkpoint` (when given) after init, for a standalone evaluation or prediction. A set of weights asked
-// for must be one a plugin of the run declared at init (State::weight_sets): another would be the raw weights
-// under the name asked for.
+// for must be one a plugin of the run declared (Declarations::weight_set): another would be the raw weights under
+// the name asked for.
 void Trainer::Impl::prepare_standalone(const std::string& checkpoint, const char* command) {
+  check_weight_request(declarations.weight_sets(), options.eval_weights, command);
   ensure_init();
-  check_weight_request(state, options.eval_weights, command);
   if (!checkpoint.empty()) checkpoints.load(checkpoint, /*with_training_state=*/false);
 }
 
@@ -285,7 +281,8 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
   for (const auto& existing : impl_->plugins)
     if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
   impl_->engine.add(EngineEntry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())});
-  impl_->state.plugins.push_back(id);
+  collect_declarations(*plugin, id, impl_->declarations);
+  impl_->state.facts.add_plugin(id);
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }
 

@@ -143,18 +143,18 @@ TEST_SUITE("trainer") {
       }
       void before_train_batch(baton::State& s, baton::Logger&) override {
         if (s.timestamp().batch != 0) return;
-        attempt([&] { s.passes->recompute_gradients(); });
-        attempt([&] { s.passes->forward_training_data(); });
+        attempt([&] { s.facts.passes()->recompute_gradients(); });
+        attempt([&] { s.facts.passes()->forward_training_data(); });
       }
       void batch_end(baton::State& s, baton::Logger&) override {
-        if (s.timestamp().batch == 1) attempt([&] { s.passes->recompute_gradients(); });
+        if (s.timestamp().batch == 1) attempt([&] { s.facts.passes()->recompute_gradients(); });
       }
     };
     auto trainer = make_trainer(quiet_options());
     auto misplaced = std::make_shared<Misplaced>();
     trainer->add_plugin("misplaced", misplaced);
-    CHECK(trainer->state().passes != nullptr);
-    CHECK(trainer->state().plugins == std::vector<std::string>{"misplaced"});
+    CHECK(trainer->state().facts.passes() != nullptr);
+    CHECK(trainer->state().facts.plugins() == std::vector<std::string>{"misplaced"});
     trainer->fit();
     REQUIRE(misplaced->errors.size() == 3);
     CHECK(misplaced->errors[0].find("only available at after_train_batch") != std::string::npos);

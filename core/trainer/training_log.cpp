@@ -17,7 +17,7 @@ namespace baton {
 // The bar starts at an epoch's first batch, or at the first batch after a resume (counting from there, so rate and
 // ETA cover only the steps run now).
 void TrainingLog::batch_start(State& state, Logger&) {
-  if (bar_ || options_.quiet || state.rank != 0) return;
+  if (bar_ || options_.quiet || state.facts.rank() != 0) return;
   const Timestamp& now = state.progress.now;
   ProgressOptions p;
   p.label = "epoch " + std::to_string(now.epoch + 1);
@@ -57,15 +57,15 @@ void TrainingLog::finish_bar(bool next_epoch) {
 void TrainingLog::log_loss(State& state) {
   double sum = loss_sum_.item<double>();
   double total = static_cast<double>(count_);
-  if (state.communicator) {
-    const auto sums = state.communicator->sum({sum, total});
+  if (state.facts.communicator()) {
+    const auto sums = state.facts.communicator()->sum({sum, total});
     sum = sums[0];
     total = sums[1];
   }
   if (!std::isfinite(sum)) report_nonfinite_loss(state, count_);
   window_losses_.clear();
   logger_.log_metric("train/loss", sum / total);
-  logger_.log_metric("lr", state.optimizer->param_groups().front().options().get_lr());
+  logger_.log_metric("lr", state.facts.optimizer()->param_groups().front().options().get_lr());
   logger_.flush();
   last_loss_ = sum / total;
   loss_sum_.zero_();

@@ -1,34 +1,33 @@
-// An algorithm that clips the global gradient norm to `max_norm` after the backward pass, before the optimizer
-// step, and logs "grad_clip/clipped": the fraction of batches so far whose norm was above max_norm. The counts
-// are kept in checkpoints, so the fraction continues across a resume.
+// An algorithm that clips the global gradient norm to `max_norm` at after_train_batch — once per step, after the
+// microbatches' gradients are summed, averaged across ranks and unscaled (amp_fp16), before the optimizer steps:
+// the gradients the optimizer will use — and logs "grad_clip/clipped": the fraction of steps so far whose norm was
+// above max_norm. The counts are kept in checkpoints, so the fraction continues across a resume.
 //
 //   [[plugins]]
 //   path = "build/grad_clip.so"
 //   max_norm = 1.0    # required, > 0
 #include <cstdint>
-#include <sstream>
-#include <string>
 
 #include "baton/plugin.h"
 #include "grad_norm.h"
 
 namespace {
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
 class GradClip final : public baton::Algorithm {
  public:
-  explicit GradClip(const baton::PluginConfig& config) : max_norm_(config.get<double>("max_norm")) {
-    if (!(max_norm_ > 0)) config.fail("max_norm", "must be > 0, got " + number_text(max_norm_));
+  // The getter checks the range and says what the key is for in its error, at the key's file and line.
+  explicit GradClip(const baton::PluginConfig& config)
+      : max_norm_(config.get_number("max_norm", baton::Range::above(0), "the largest global gradient norm")) {}
+
+  // One line per event it acts on.
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(baton::Event::after_train_batch, this, &GradClip::clip);
   }
 
-  bool match(baton::Event event, const baton::State&) override { return event == baton::Event::after_backward; }
+  // What it logs, declared before the run, so a stopper may watch it and `baton check` knows the name.
+  void declare(baton::Declarations& run) const override { run.metric("grad_clip/clipped"); }
 
-  void apply(baton::Event, baton::State& state, baton::Logger& logger) override {
+  void clip(baton::State& state, baton::Logger& logger) {
     torch::nn::Module& model = grad_norm::model_of(state, "grad_clip");
     const double norm = grad_norm::global_norm(model);
     ++batches_;
@@ -58,4 +57,4 @@ class GradClip final : public baton::Algorithm {
 
 }  // namespace
 
-BATON_PLUGIN(GradClip, "grad_clip", "1.0.0", "clips the global gradient norm to max_norm after backward")
+BATON_PLUGIN(GradClip, "grad_clip", "1.0.0", "clips the global gradient norm to max_norm before the optimizer steps")

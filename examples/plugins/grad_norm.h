@@ -13,8 +13,8 @@ namespace grad_norm {
 
 // Plugins also run in programs that embed baton; say clearly when there is no model rather than crash.
 inline torch::nn::Module& model_of(const baton::State& state, const char* plugin) {
-  if (state.model == nullptr) throw std::logic_error(std::string(plugin) + ": the state has no model");
-  return *state.model;
+  if (state.facts.model() == nullptr) throw std::logic_error(std::string(plugin) + ": the state has no model");
+  return *state.facts.model();
 }
 
 /// sqrt(sum over parameters of ||grad||^2); parameters without a gradient count as zero.

@@ -8,7 +8,6 @@
 //   std = 0.1     # > 0
 //   every = 1     # integer >= 1
 #include <cstdint>
-#include <sstream>
 #include <string>
 
 #include <ATen/ops/randn.h>
@@ -17,27 +16,22 @@
 
 namespace {
 
-std::string number_text(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
-}
-
 class InputNoise final : public baton::Algorithm {
  public:
   explicit InputNoise(const baton::PluginConfig& config)
-      : std_(config.get_or<double>("std", 0.1)), every_(config.get_or<std::int64_t>("every", 1)) {
-    if (!(std_ > 0)) config.fail("std", "must be > 0, got " + number_text(std_));
-    if (every_ < 1) config.fail("every", "must be >= 1, got " + std::to_string(every_));
+      : std_(config.get_number_or("std", 0.1, baton::Range::above(0), "the noise's standard deviation")),
+        every_(config.get_int_or("every", 1, baton::Range::at_least(1), "batches between two noised ones")) {}
+
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(baton::Event::after_dataloader, this, &InputNoise::add_noise);
   }
 
-  bool match(baton::Event event, const baton::State& state) override {
+  void declare(baton::Declarations& run) const override { run.metric("input_noise/rms"); }
+
+  void add_noise(baton::State& state, baton::Logger& logger) {
     // At after_dataloader the batch count does not include this batch yet: batch k (0-based) is noised when
     // k % every == 0, the first batch included.
-    return event == baton::Event::after_dataloader && state.timestamp().batch % every_ == 0;
-  }
-
-  void apply(baton::Event, baton::State& state, baton::Logger& logger) override {
+    if (state.timestamp().batch % every_ != 0) return;
     at::Tensor& inputs = state.batch.inputs();
     // The step's generator (seeded by the run's seed, the batch count and the rank): a resumed run draws the same.
     const at::Tensor noise = at::randn(inputs.sizes(), state.generator, at::TensorOptions().dtype(inputs.scalar_type()))

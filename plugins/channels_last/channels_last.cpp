@@ -45,23 +45,16 @@ class ChannelsLast final : public baton::Algorithm {
  public:
   explicit ChannelsLast(const baton::PluginConfig& config) : fields_(read_fields(config)) {}
 
-  bool match(Event event, const baton::State&) override {
-    switch (event) {
-      case Event::fit_start:
-      case Event::eval_start:
-      case Event::predict_start:
-      case Event::after_dataloader:
-      case Event::eval_before_forward:
-      case Event::predict_before_forward: return true;
-      default: return false;
-    }
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::fit_start, this, &ChannelsLast::convert_model);
+    events.on(Event::eval_start, this, &ChannelsLast::convert_model);
+    events.on(Event::predict_start, this, &ChannelsLast::convert_model);
+    events.on(Event::after_dataloader, this, &ChannelsLast::convert_batch);
+    events.on(Event::eval_before_forward, this, &ChannelsLast::convert_batch);
+    events.on(Event::predict_before_forward, this, &ChannelsLast::convert_batch);
   }
 
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::fit_start || event == Event::eval_start || event == Event::predict_start) {
-      convert_model(state, logger);
-      return;
-    }
+  void convert_batch(baton::State& state, baton::Logger&) {
     // Every field it was told about that is a 4-D floating tensor; other fields (labels, a timestep) stay as they are.
     for (const auto& field : fields_) {
       at::Tensor& t = state.batch[field];
@@ -87,17 +80,17 @@ class ChannelsLast final : public baton::Algorithm {
 
   std::vector<std::string> fields_;
   void convert_model(baton::State& state, baton::Logger& logger) {
-    if (state.model == nullptr) return;
+    if (state.facts.model() == nullptr) return;
     c10::NoGradGuard no_grad;
     // set_data swaps the storage under the same tensor object, so the optimizer's and autograd's references to
     // the parameters stay valid.
     std::int64_t converted = 0;
-    for (auto& p : state.model->parameters())
+    for (auto& p : state.facts.model()->parameters())
       if (needs_conversion(p)) {
         p.set_data(channels_last_copy(p));
         ++converted;
       }
-    for (auto& b : state.model->buffers())
+    for (auto& b : state.facts.model()->buffers())
       if (needs_conversion(b)) {
         b.set_data(channels_last_copy(b));
         ++converted;

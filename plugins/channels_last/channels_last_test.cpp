@@ -33,7 +33,7 @@ bool nhwc(const at::Tensor& t) {
 struct FormatProbe : baton::Callback {
   int train_batches = 0, eval_batches = 0, predict_batches = 0, bad = 0;
   void check_model(const baton::State& s) {
-    for (const auto& p : s.model->parameters())
+    for (const auto& p : s.facts.model()->parameters())
       if (p.dim() == 4 && !nhwc(p)) ++bad;
   }
   void check(const baton::State& s, int& count) {
@@ -48,7 +48,7 @@ struct FormatProbe : baton::Callback {
 
 std::vector<at::Tensor> parameters_of(const baton::State* state) {
   std::vector<at::Tensor> out;
-  for (const auto& p : state->model->parameters()) out.push_back(p.detach().contiguous().clone());
+  for (const auto& p : state->facts.model()->parameters()) out.push_back(p.detach().contiguous().clone());
   return out;
 }
 
@@ -78,7 +78,7 @@ TEST_CASE("input_key names the fields converted: every 4-D floating one of them,
                              {"mask", at::ones({2, 1, 4, 4}, at::kBool)},
                              {"cond", at::randn({2, 5})},
                              {"other", other}};
-  algorithm.apply(baton::Event::after_dataloader, state, logger);
+  baton::run_subscribed(algorithm, baton::Event::after_dataloader, state, logger);
   CHECK(state.batch["image"].is_contiguous(c10::MemoryFormat::ChannelsLast));
   CHECK_FALSE(state.batch["image"].is_contiguous());
   CHECK(state.batch["image"].equal(image));                   // the same values, in another order in memory
@@ -130,7 +130,7 @@ TEST_CASE("a checkpoint written with channels_last loads without it, and one wri
   for (auto& [name, t] : baton::read_safetensors((dir / "nhwc" / "model.safetensors").string()).tensors)
     exported[name] = t;
   int compared = 0;
-  for (const auto& item : keeper->state->model->named_parameters()) {
+  for (const auto& item : keeper->state->facts.model()->named_parameters()) {
     const at::Tensor& p = item.value();
     auto found = exported.find(item.key());
     REQUIRE(found != exported.end());

@@ -11,6 +11,7 @@
 #include "baton/error.h"
 #include "baton/plugin_config.h"
 #include "baton/state.h"
+#include "baton/text.h"
 
 namespace baton_algorithms {
 
@@ -28,12 +29,9 @@ struct BatchKeys {
   /// The input field, which must be images [N, C, H, W].
   at::Tensor& images_of(baton::State& state, const std::string& plugin) const {
     at::Tensor& images = input_of(state);
-    if (images.dim() != 4) {
-      std::string shape;
-      for (std::int64_t i = 0; i < images.dim(); ++i) shape += (i ? ", " : "") + std::to_string(images.size(i));
-      throw baton::Error(plugin + ": expects images [N, C, H, W] in the batch field '" + input + "', got shape [" +
-                         shape + "] (name another field with input_key)");
-    }
+    if (images.dim() != 4)
+      throw baton::Error(plugin + ": expects images [N, C, H, W] in the batch field '" + input + "', got shape " +
+                         baton::format_shape(images.sizes()) + " (name another field with input_key)");
     return images;
   }
 };

@@ -11,17 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "baton/mix64.h"
 #include "baton/state.h"
 
 namespace baton_algorithms {
 
-// SplitMix64's finaliser: turns structured inputs (small counters) into well-spread 64-bit seeds.
-inline std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using baton::mix64;
 
 // FNV-1a of the plugin's name: a stable salt, so the same batch draws differently in mixup and in cutmix.
 inline std::uint64_t name_salt(std::string_view name) {
@@ -35,9 +30,9 @@ class BatchRandom {
   /// The generator of the batch about to be trained (timestamp().batch is its 0-based index from
   /// after_dataloader to after_train_batch). Ranks draw independently: their batches differ anyway.
   BatchRandom(const baton::State& state, std::string_view plugin)
-      : engine_(mix64(mix64(mix64(state.seed) ^ name_salt(plugin)) ^
+      : engine_(mix64(mix64(mix64(state.facts.seed()) ^ name_salt(plugin)) ^
                       mix64(static_cast<std::uint64_t>(state.timestamp().batch) * 0x10001ULL +
-                            static_cast<std::uint64_t>(state.rank)))) {}
+                            static_cast<std::uint64_t>(state.facts.rank())))) {}
 
   /// Uniform in [0, 1), from the top 53 bits (the same on every platform, unlike std::uniform_real_distribution).
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }

@@ -6,20 +6,7 @@
 
 namespace baton::monitors {
 
-std::string read_monitor(const PluginConfig& config) {
-  if (!config.has("monitor")) config.fail("monitor", "missing: expected a metric name such as \"eval/accuracy\"");
-  std::string monitor = config.get<std::string>("monitor");
-  if (monitor.empty()) config.fail("monitor", "expected a metric name such as \"eval/accuracy\", got \"\"");
-  return monitor;
-}
 
-std::optional<Goal> read_mode(const PluginConfig& config) {
-  if (!config.has("mode")) return std::nullopt;
-  std::string mode = config.get<std::string>("mode");
-  if (mode == "min") return Goal::minimize;
-  if (mode == "max") return Goal::maximize;
-  config.fail("mode", "expected \"min\" (lower is better) or \"max\" (higher is better), got \"" + mode + "\"");
-}
 
 const char* goal_name(Goal goal) { return goal == Goal::minimize ? "min" : "max"; }
 
@@ -27,7 +14,7 @@ std::string eval_pass_of(const std::string& metric, const State& state) {
   const auto slash = metric.find('/');
   if (slash == std::string::npos) return "";
   const std::string prefix = metric.substr(0, slash);
-  for (const auto& label : state.eval_labels)
+  for (const auto& label : state.facts.eval_passes())
     if (label == prefix) return label;
   return "";
 }
@@ -66,30 +53,22 @@ void StopMemory::load(const StateDict& in) {
 }
 
 MetricStopper::MetricStopper(std::string plugin_name, const PluginConfig& config)
-    : name_(std::move(plugin_name)),
-      monitor_(read_monitor(config)),
-      mode_(read_mode(config)),
-      watched_{monitor_, config.full_key("monitor"), config.where("monitor")} {}
+    : name_(std::move(plugin_name)), watched_(read_watched_metric(config, "monitor")), monitor_(watched_.metric) {}
 
-void MetricStopper::init(State& state, Logger&) {
-  state.watched_metrics.push_back(watched_);
-  // Without `mode` the metric's own direction decides: the trainer checks after init that the run knows it.
-  if (!mode_) state.directed_metrics.push_back(watched_);
-}
+// Without `mode` the metric's own direction decides: the trainer checks before the run starts that it knows it.
+void MetricStopper::declare(Declarations& run) const { run.watch(watched_); }
 
 Goal MetricStopper::goal() const {
-  if (goal_) return *goal_;
-  throw Error(name_ + ": whether a higher or lower '" + monitor_ + "' is better is not known (" + watched_.key +
-              " names a metric whose direction the run does not give); set mode = \"max\" or \"min\"");
+  if (facts_ == nullptr) throw Error(name_ + ": the direction of '" + monitor_ + "' is asked before fit_start");
+  // `mode`, else the metric's direction; the run's one error at the monitor's key when neither is known (a run
+  // refuses that before it starts; a State filled by hand meets it at the first value).
+  return facts_->maximizes(watched_) ? Goal::maximize : Goal::minimize;
 }
 
 void MetricStopper::fit_start(State& state, Logger& logger) {
-  // The run knows every metric's direction once init is complete; a metric it gives none fails at its first use.
-  goal_ = mode_;
-  if (!goal_)
-    if (auto higher = state.higher_is_better(monitor_)) goal_ = *higher ? Goal::maximize : Goal::minimize;
+  facts_ = &state.facts;
   on_fit_start(logger);
-  pass_ = eval_pass_of(monitor_, state);  // known only now: plugins add evaluation passes at init
+  pass_ = eval_pass_of(monitor_, state);
   set_ = eval_set_of(monitor_);
   fitting_ = true;
   // A run that stops again at once checks nothing, and its fit_end has no reason to warn about that.

@@ -15,18 +15,11 @@ namespace baton::monitors {
 /// Which way is better for the monitored metric.
 enum class Goal { minimize, maximize };
 
-/// `monitor`: required, a metric name such as "eval/accuracy".
-std::string read_monitor(const PluginConfig& config);
-
-/// `mode`: "min" or "max", which overrides the metric's own direction; none when the key is absent (the metric's
-/// direction then comes from the run: State::higher_is_better).
-std::optional<Goal> read_mode(const PluginConfig& config);
-
 const char* goal_name(Goal goal);  // "min", "max"
 
 /// The evaluation pass that logs `metric` ("eval" for "eval/accuracy", "eval_raw" for "eval_raw/loss"), or ""
-/// when its prefix is none of state.eval_labels (then it is a training or plugin metric). Valid from fit_start on:
-/// plugins may add passes at init.
+/// when its prefix is none of RunFacts::eval_passes (then it is a training or plugin metric).
+/// Valid from init on (every pass is declared before the run starts).
 std::string eval_pass_of(const std::string& metric, const State& state);
 /// The evaluation set a pass's metric belongs to: "" for "eval/accuracy", "train" for "eval/train/accuracy".
 std::string eval_set_of(const std::string& metric);
@@ -57,9 +50,10 @@ class StopMemory {
 /// fit_start and fit_end (`baton eval` checks nothing), and a warning at fit_end when the metric never came.
 class MetricStopper : public Callback {
  public:
+  /// Reads `monitor` (required) and `mode` ("min" or "max", overriding the metric's own direction).
   MetricStopper(std::string plugin_name, const PluginConfig& config);
 
-  void init(State& state, Logger& logger) override;
+  void declare(Declarations& run) const override;
   void fit_start(State& state, Logger& logger) override;
   void eval_after_all(State& state, Logger& logger) override;
   void epoch_end(State& state, Logger& logger) override;
@@ -70,24 +64,24 @@ class MetricStopper : public Callback {
   /// Looks at a fresh value of the metric; may stop the run through memory_.
   virtual void check(State& state, double value) = 0;
   virtual bool checks_each_batch() const = 0;
-  /// Called at fit_start once goal() is known, before anything else (a plugin's own checks of what
+  /// Called at fit_start once goal() can be asked, before anything else (a plugin's own checks of what
   /// load_state_dict read, which may depend on the direction).
   virtual void on_fit_start(Logger&) {}
   /// Whether the stop the run asks for now would stop nothing (its last batch) or was asked already.
   static bool too_late(const State& state);
-  /// Which way is better, from fit_start on; throws baton::Error when neither `mode` nor the run gives it.
+  /// Which way is better, from fit_start on; throws a ConfigError at the monitor's key when neither `mode` nor the
+  /// run gives it.
   Goal goal() const;
 
   const std::string name_;
-  const std::string monitor_;
-  const std::optional<Goal> mode_;  // `mode`, when given
-  const WatchedMetric watched_;  // the monitor, checked against the run's metric names after init
+  const WatchedMetric watched_;  // `monitor` and `mode`, checked against the run's metrics before it starts
+  const std::string monitor_;    // watched_.metric
   bool seen_ = false;  // a value of the metric came
   StopMemory memory_;
 
  private:
   void check_latest(State& state);
-  std::optional<Goal> goal_;  // mode_, or the metric's direction as the run gives it at fit_start
+  const RunFacts* facts_ = nullptr;  // the run's, from fit_start on: goal() asks it
   std::string pass_;      // the evaluation pass whose metric this is; "" for a training or plugin metric
   std::string set_;       // the evaluation set it is measured on ("" for the main one)
   bool fitting_ = false;  // between fit_start and fit_end

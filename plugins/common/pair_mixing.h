@@ -21,7 +21,7 @@
 #include "baton/plugin.h"
 #include "baton/state.h"
 #include "batch_keys.h"
-#include "number_text.h"
+#include "baton/text.h"
 
 namespace baton_algorithms {
 
@@ -105,21 +105,15 @@ class PairMixingAlgorithm : public baton::Algorithm {
         keys_(BatchKeys::from(config)),
         mixing_(plugin, config.get_or<bool>("interpolate_loss", false), keys_) {}
 
-  bool match(baton::Event event, const baton::State&) override {
-    return event == baton::Event::init || event == baton::Event::after_dataloader || event == baton::Event::before_loss ||
-           (event == baton::Event::after_loss && mixing_.interpolates_loss());
-  }
-
-  void apply(baton::Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == baton::Event::init)
-      state.metric_names.push_back(metric_);
-    else if (event == baton::Event::after_dataloader)
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(baton::Event::after_dataloader, [this](baton::State& state, baton::Logger& logger) {
       mix_inputs(state, logger);
-    else if (event == baton::Event::before_loss)
-      mixing_.before_loss(state);
-    else
-      mixing_.after_loss(state);
+    });
+    events.on(baton::Event::before_loss, [this](baton::State& state, baton::Logger&) { mixing_.before_loss(state); });
+    if (mixing_.interpolates_loss())
+      events.on(baton::Event::after_loss, [this](baton::State& state, baton::Logger&) { mixing_.after_loss(state); });
   }
+  void declare(baton::Declarations& run) const override { run.metric(metric_); }
 
  protected:
   /// Mixes the input field with a permutation of the batch and starts mixing_ with it.
@@ -134,7 +128,7 @@ class PairMixingAlgorithm : public baton::Algorithm {
   static double read_alpha(const baton::PluginConfig& config, double fallback) {
     const double alpha = config.get_or<double>("alpha", fallback);
     if (!(alpha >= 0) || !std::isfinite(alpha))
-      config.fail("alpha", "must be a finite number >= 0, got " + baton::plugins::number_text(alpha));
+      config.fail("alpha", "must be a finite number >= 0, got " + baton::format_number(alpha));
     return alpha;
   }
 };

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "baton/text.h"
 #include "baton/components.h"
 #include "baton/durable_file.h"
 #include "baton/error.h"
@@ -58,12 +59,6 @@ std::vector<std::string> csv_fields(const std::string& line) {
 }
 
 // The shortest text that reads back as the same double; nan, inf and -inf for the others.
-std::string number_text(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ptr);
-}
-
 class CsvLogger final : public baton::LoggerDestination {
  public:
   explicit CsvLogger(const baton::PluginConfig& config)
@@ -213,7 +208,7 @@ class CsvLogger final : public baton::LoggerDestination {
                        std::to_string(row_->sample);
     for (const auto& name : columns_) {
       line += ",";
-      if (auto it = row_values_.find(name); it != row_values_.end()) line += number_text(it->second);
+      if (auto it = row_values_.find(name); it != row_values_.end()) line += baton::format_exact(it->second);
     }
     line += "\n";
     row_.reset();

@@ -142,11 +142,11 @@ TEST_SUITE("cutmix_plugin") {
     std::set<double> lambdas;
     for (std::int64_t b = 0; b < 20; ++b) {
       baton::State state;
-      state.seed = 3;
+      state.facts.set_seed(3);
       state.progress.now.batch = b;
       state.batch = baton::Batch::of(at::randn({6, 1, kSide, kSide}), at::arange(6));
       const Rows drawn = rows_of(state.batch.inputs());
-      algorithm.apply(Event::after_dataloader, state, logger);
+      baton::run_subscribed(algorithm, Event::after_dataloader, state, logger);
       const Box box = changed_box(drawn, rows_of(state.batch.inputs()));
       // Every side is 14 + (distance of the centre to the far edge, at most 14): at least 14 long.
       CHECK(box.bottom - box.top >= 14);
@@ -163,7 +163,7 @@ TEST_SUITE("cutmix_plugin") {
     RecordingLogger logger;
     baton::State state;
     state.batch = baton::Batch::of(at::randn({4, 3}), at::arange(4));
-    CHECK_THROWS_WITH(dynamic_cast<baton::Algorithm&>(*plugin.plugin).apply(Event::after_dataloader, state, logger),
+    CHECK_THROWS_WITH(baton::run_subscribed(*plugin.plugin, Event::after_dataloader, state, logger),
                       doctest::Contains("cutmix: expects images [N, C, H, W] in the batch field 'inputs', got shape "
                                         "[4, 3] (name another field with input_key)"));
   }
@@ -176,11 +176,11 @@ TEST_SUITE("cutmix_plugin") {
     const at::Tensor untouched = at::randn({4, 1, 8, 8});
     state.batch = baton::Batch{{"images", images}, {"labels", at::arange(4)}, {"inputs", untouched}};
     auto& algorithm = dynamic_cast<baton::Algorithm&>(*plugin.plugin);
-    algorithm.apply(Event::after_dataloader, state, logger);
+    baton::run_subscribed(algorithm, Event::after_dataloader, state, logger);
     CHECK_FALSE(state.batch["images"].equal(images));  // boxes pasted from other images
     CHECK(state.batch["inputs"].equal(untouched));     // the field not named is left alone
     state.batch = baton::Batch{{"inputs", images}, {"targets", at::arange(4)}};
-    CHECK_THROWS_WITH(algorithm.apply(Event::after_dataloader, state, logger),
+    CHECK_THROWS_WITH(baton::run_subscribed(algorithm, Event::after_dataloader, state, logger),
                       doctest::Contains("the batch has no field 'images' (its fields: inputs [4, 1, 8, 8] Float, "
                                         "targets [4] Long)"));
   }

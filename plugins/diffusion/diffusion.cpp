@@ -60,7 +60,7 @@ class SampleGrids final : public baton::Callback {
   void eval_end(baton::State& state, baton::Logger& logger) override {
     // A standalone evaluation (baton eval, each width of baton posthoc --sweep) has no run folder: no grid, rather
     // than one in the current folder that every evaluation overwrites.
-    if (state.run_dir.empty()) return;
+    if (state.facts.run_dir().empty()) return;
     std::string name = state.eval_label;
     if (!state.eval_set.empty()) name += "_" + state.eval_set;
     write(state, logger, name, name + "_ba" + std::to_string(state.timestamp().batch) + ".png");
@@ -80,8 +80,8 @@ class SampleGrids final : public baton::Callback {
   // `tag` names the grid for the run's loggers ("samples/<tag>"); empty: the file only.
   void write(const baton::State& state, baton::Logger& logger, const std::string& tag, const std::string& file) {
     // Rank 0 draws its own share (the grid's first samples); a run that writes nothing gets no pictures.
-    if (collected_.empty() || state.rank != 0) return;
-    const std::filesystem::path folder = std::filesystem::path(state.run_dir.empty() ? "." : state.run_dir) / "samples";
+    if (collected_.empty() || state.facts.rank() != 0) return;
+    const std::filesystem::path folder = std::filesystem::path(state.facts.run_dir().empty() ? "." : state.facts.run_dir()) / "samples";
     std::filesystem::create_directories(folder);
     const std::string path = (folder / file).string();
     const baton::Image grid = baton_diffusion::grid_image(at::cat(collected_), columns_);

@@ -26,8 +26,10 @@ struct Driver {
 
   explicit Driver(const std::string& toml, std::vector<std::string> labels = {"eval"})
       : plugin(load_plugin(BATON_PLUGIN_FILE, "early_stopper", toml)) {
-    state.metric_higher_is_better = kDirections;
-    state.eval_labels = std::move(labels);
+    std::vector<std::string> names;
+    for (const auto& [name, higher] : kDirections) names.push_back(name);
+    state.facts.set_metrics(names, kDirections);
+    state.facts.set_eval_passes(std::move(labels));
     state.progress.max_duration = baton::Time(10, baton::TimeUnit::epoch);
     state.progress.batches_per_epoch = 4;
     plugin.callback->fit_start(state, logger);
@@ -128,7 +130,9 @@ TEST_SUITE("early_stopper") {
 
     // The direction is the run's, not the name's: a metric named like a loss that the run says is better higher.
     Driver named("monitor = \"eval/loss_ratio\"");
-    named.state.metric_higher_is_better["eval/loss_ratio"] = true;
+    auto directions = kDirections;
+    directions["eval/loss_ratio"] = true;
+    named.state.facts.set_metrics({"eval/loss_ratio"}, directions);
     named.plugin.callback->fit_start(named.state, named.logger);
     int epochs = 0;
     for (double v : {0.5, 0.75, 0.625, 0.6}) {  // best 0.75 at ep 2; ep 4 waits 2 > 1
@@ -140,31 +144,31 @@ TEST_SUITE("early_stopper") {
     CHECK(contains(named.state.stop_reason(), "(0.75 at ep 2 ba 8, mode max)"));
   }
 
-  TEST_CASE("at init a monitor without mode is named for its direction; one the run gives none fails when checked") {
+  TEST_CASE("a monitor is declared with its key and mode; one the run gives no direction fails when checked") {
     baton::State state;
     RecordingLogger logger{&state};
     auto plugin = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "patience = 2\nmonitor = \"eval/mae\"");
-    plugin.callback->init(state, logger);
-    REQUIRE(state.directed_metrics.size() == 1);
-    CHECK(state.directed_metrics[0].metric == "eval/mae");
-    CHECK(state.directed_metrics[0].key == "plugins.early_stopper.monitor");
-    CHECK(state.directed_metrics[0].where.line == 2);
-    REQUIRE(state.watched_metrics.size() == 1);  // and, as every monitor, checked against the names logged
-    CHECK(state.watched_metrics[0].metric == "eval/mae");
+    baton::Declarations declared;
+    plugin.callback->declare(declared);
+    REQUIRE(declared.watched().size() == 1);  // checked against the names logged and, without mode, a direction
+    CHECK(declared.watched()[0].metric == "eval/mae");
+    CHECK(declared.watched()[0].key == "plugins.early_stopper.monitor");
+    CHECK(declared.watched()[0].where.line == 2);
+    CHECK_FALSE(declared.watched()[0].maximize.has_value());
 
-    baton::State with_mode;
     auto told = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "monitor = \"eval/mae\"\nmode = \"min\"");
-    told.callback->init(with_mode, logger);
-    CHECK(with_mode.directed_metrics.empty());
-    CHECK(with_mode.watched_metrics.size() == 1);
+    baton::Declarations with_mode;
+    told.callback->declare(with_mode);
+    REQUIRE(with_mode.watched().size() == 1);
+    CHECK(with_mode.watched()[0].maximize == false);
 
     // Without a trainer to refuse it first, a metric of no known direction fails at its first value.
     Driver unknown("monitor = \"custom/score\"");
     unknown.logger.log_metric("custom/score", 0.5);
     CHECK_THROWS_WITH_AS(unknown.plugin.callback->epoch_end(unknown.state, unknown.logger),
-                         doctest::Contains("early_stopper: whether a higher or lower 'custom/score' is better is not "
-                                           "known"),
-                         baton::Error);
+                         doctest::Contains("plugins.early_stopper.monitor: whether a higher or lower 'custom/score' "
+                                           "is better is not known to the run"),
+                         baton::ConfigError);
   }
 
   TEST_CASE("patience in batches, evaluated every 3 batches: stops at the evaluation that waited more than it") {
@@ -282,7 +286,7 @@ TEST_SUITE("early_stopper") {
     CHECK(contains(config_error(file, "early_stopper", "patience = 2"),
                    "plugins.early_stopper.monitor: missing: expected a metric name"));
     CHECK(contains(config_error(file, "early_stopper", "monitor = \"eval/accuracy\"\nmode = \"up\""),
-                   "run.toml:2:8: plugins.early_stopper.mode: expected \"min\" (lower is better) or \"max\""));
+                   "run.toml:2:8: plugins.early_stopper.mode: expected one of \"min\", \"max\", got string \"up\""));
     CHECK(contains(config_error(file, "early_stopper", "monitor = \"eval/accuracy\"\npatience = \"3sp\""),
                    "run.toml:2:12: plugins.early_stopper.patience: expected a time in ba or ep"));
     CHECK(contains(config_error(file, "early_stopper", "monitor = \"eval/accuracy\"\npatience = -1"),

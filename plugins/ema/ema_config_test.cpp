@@ -25,7 +25,7 @@ CapturingLogger fit_start_report(const std::string& toml) {
   trainer->add_plugin("ema", ema.plugin);
   trainer->evaluate_standalone();  // fires init, which builds the EMA
   CapturingLogger logger;
-  ema.algorithm->apply(Event::fit_start, trainer->state(), logger);
+  baton::run_subscribed(*ema.algorithm, Event::fit_start, trainer->state(), logger);
   return logger;
 }
 

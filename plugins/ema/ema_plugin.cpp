@@ -30,7 +30,7 @@ namespace {
 constexpr const char* kShadowPrefix = "shadow/";
 constexpr const char* kExportFile = "ema.safetensors";
 constexpr const char* kRawLabel = "eval_raw";
-// The weight sets this plugin keeps (State::weight_sets), which `baton eval/predict --weights` may ask for.
+// The weight sets this plugin keeps (declared: Declarations::weight_set), which `baton eval/predict --weights` may ask for.
 constexpr const char* kEmaSet = "ema";
 constexpr const char* kRawSet = "raw";
 
@@ -65,62 +65,33 @@ class EmaAlgorithm final : public Algorithm {
         ema_(settings_.ema),
         posthoc_(make_tracker(settings_)) {}
 
-  bool match(Event event, const State&) override {
-    switch (event) {
-      case Event::init:
-      case Event::after_load:
-      case Event::fit_start:
-      case Event::batch_start:
-      case Event::batch_end:
-      case Event::epoch_end:
-      case Event::eval_start:
-      case Event::eval_end:
-      case Event::eval_after_all:
-      case Event::predict_start:
-      case Event::predict_end:
-      case Event::batch_checkpoint:
-      case Event::epoch_checkpoint:
-      case Event::fit_end: return true;
-      default: return false;
-    }
+  // One line per event this plugin acts on (docs/plugins.md's worked example).
+  void subscribe(Subscriptions& events) override {
+    events.on(Event::init, this, &EmaAlgorithm::on_init);
+    events.on(Event::after_load, this, &EmaAlgorithm::on_after_load);
+    events.on(Event::fit_start, this, &EmaAlgorithm::on_fit_start);
+    events.on(Event::batch_start, this, &EmaAlgorithm::on_batch_start);
+    events.on(Event::batch_end, this, &EmaAlgorithm::on_batch_end);
+    events.on(Event::epoch_end, this, &EmaAlgorithm::on_epoch_end);
+    events.on(Event::eval_start, this, &EmaAlgorithm::on_eval_start);
+    events.on(Event::eval_end, this, &EmaAlgorithm::on_eval_or_predict_end);
+    events.on(Event::eval_after_all, this, &EmaAlgorithm::on_evaluated);
+    events.on(Event::predict_start, this, &EmaAlgorithm::on_predict_start);
+    events.on(Event::predict_end, this, &EmaAlgorithm::on_eval_or_predict_end);
+    events.on(Event::batch_checkpoint, this, &EmaAlgorithm::on_checkpoint);
+    events.on(Event::epoch_checkpoint, this, &EmaAlgorithm::on_checkpoint);
+    events.on(Event::fit_end, this, &EmaAlgorithm::on_fit_end);
   }
 
-  void apply(Event event, State& state, Logger& logger) override {
-    switch (event) {
-      case Event::init: return on_init(state);
-      case Event::after_load: return on_after_load(state, logger);
-      case Event::fit_start: return on_fit_start(state, logger);
-      case Event::batch_start:
-        candidate_.reset();
-        checkpoint_shadow_.reset();
-        return restore_raw();
-      case Event::batch_end:
-      case Event::epoch_end:
-        if (update_due(event, state.progress, settings_.update_interval)) {
-          update(state);
-          update_posthoc(state);
-        }
-        if (posthoc_ && update_due(event, state.progress, settings_.posthoc.snapshot_every))
-          write_snapshots(state, logger);
-        return;
-      case Event::eval_start: return on_eval_start(state);
-      case Event::eval_end: return restore_raw();
-      case Event::eval_after_all: return on_evaluated(state);
-      case Event::predict_start:
-        swap_in_if(wants_ema_weights());
-        // Says which set the prediction uses (PredictResult::weights): before ema_start it is the raw one. A
-        // request for another plugin's set is that plugin's to name.
-        if (eval_weights_.empty() || keeps(eval_weights_)) state.eval_label = ema_.swapped() ? kEmaSet : kRawSet;
-        return;
-      case Event::predict_end: return restore_raw();
-      case Event::batch_checkpoint:
-      case Event::epoch_checkpoint: return on_checkpoint(state, logger);
-      case Event::fit_end:
-        // The last weights are always a snapshot, so synthesis can target the end of training.
-        if (posthoc_) write_snapshots(state, logger);
-        return on_fit_end(state);
-      default: return;
-    }
+  // What the run must know before it starts: the sets `--weights` may name, the metrics this plugin logs, the
+  // metric selection ranks by, and the raw weights' evaluation pass.
+  void declare(Declarations& run) const override {
+    run.weight_set(kEmaSet);
+    run.weight_set(kRawSet);
+    run.metric("ema/smoothing");
+    run.metric("ema/half_life_batches");
+    if (settings_.select.enabled) run.watch(selection_metric());
+    if (settings_.eval == EvalMode::both) run.eval_pass(kRawLabel);
   }
 
   void state_dict(StateDict& out) const override {
@@ -177,39 +148,31 @@ class EmaAlgorithm final : public Algorithm {
                 (names.empty() ? std::string("none") : names) + ")");
   }
 
-  void on_init(State& state) {
-    if (state.model == nullptr) throw Error("the ema plugin needs a model");
-    model_ = settings_.module.empty() ? state.model : sub_module(*state.model, settings_.module);
-    // The sets a request may name; the trainer refuses one that no plugin declares. The request stays on State
-    // for the plugin whose set it names.
-    state.weight_sets.insert(state.weight_sets.end(), {kEmaSet, kRawSet});
-    eval_weights_ = state.eval_weights;
-    state.metric_names.insert(state.metric_names.end(), {"ema/smoothing", "ema/half_life_batches"});
-    if (settings_.select.enabled) {
-      const WatchedMetric watched{settings_.select.metric, settings_.select.table.full_key("metric"),
-                                  settings_.select.table.where("metric")};
-      state.watched_metrics.push_back(watched);
-      // Without `mode` the metric's own direction ranks: the trainer checks after init that the run knows it.
-      if (!settings_.select.maximize) state.directed_metrics.push_back(watched);
-    }
+  WatchedMetric selection_metric() const {
+    const PluginConfig& table = settings_.select.table;
+    return WatchedMetric{settings_.select.metric, table.full_key("metric"), table.where("metric"),
+                         settings_.select.maximize};
+  }
+
+  void on_init(State& state, Logger&) {
+    if (state.facts.model() == nullptr) throw Error("the ema plugin needs a model");
+    model_ = settings_.module.empty() ? state.facts.model() : sub_module(*state.facts.model(), settings_.module);
+    // The request for a set is the run's (checked against what plugins declare); another plugin's set means the
+    // raw weights here, for that plugin to swap its own in.
+    eval_weights_ = state.facts.requested_weights();
     // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
-    if (settings_.sharded.value_or(true) && state.communicator && state.world_size > 1) {
+    if (settings_.sharded.value_or(true) && state.facts.communicator() && state.facts.world_size() > 1) {
       EmaOptions options = settings_.ema;
-      options.shard_over = state.communicator;
+      options.shard_over = state.facts.communicator();
       ema_ = ExponentialMovingAverage(options);
     }
     // Only rank 0 writes snapshots and checkpoints: the other ranks need no post-hoc profiles.
-    if (state.rank != 0) posthoc_.reset();
+    if (state.facts.rank() != 0) posthoc_.reset();
     // Built now so that a checkpoint loaded before fit (resume, baton eval) has somewhere to go.
     ema_.reset(*model_);
     started_ = false;
     updates_ = 0;
     if (posthoc_) posthoc_->reset(*model_);
-    // A request for one set of weights (baton eval --weights) is one pass: eval = "both" would add a second one
-    // with the same weights.
-    if (settings_.eval == EvalMode::both && eval_weights_.empty() &&
-        std::find(state.eval_labels.begin(), state.eval_labels.end(), kRawLabel) == state.eval_labels.end())
-      state.eval_labels.push_back(kRawLabel);
   }
 
   void on_after_load(State& state, Logger& logger) {
@@ -247,13 +210,7 @@ class EmaAlgorithm final : public Algorithm {
   // whichever comes first.
   void settle_selection(const State& state) {
     if (!settings_.select.enabled || selection_settled_) return;
-    std::optional<bool> maximize = settings_.select.maximize;
-    if (!maximize) maximize = state.higher_is_better(settings_.select.metric);
-    if (!maximize)
-      settings_.select.table.fail("metric", "whether a higher or lower '" + settings_.select.metric +
-                                                "' is better is not known to the run; set mode = \"max\" or "
-                                                "\"min\" beside it");
-    ranking_ = Ranking(settings_.select.metric, *maximize, settings_.select.keep);
+    ranking_ = Ranking(settings_.select.metric, state.facts.maximizes(selection_metric()), settings_.select.keep);
     selection_settled_ = true;
   }
 
@@ -263,7 +220,7 @@ class EmaAlgorithm final : public Algorithm {
     ema_.to(target_device(state));
     logger.info(settings_.describe(state.progress.batches_per_epoch));
     if (ema_.sharded())
-      logger.info("ema: sharded over " + std::to_string(state.world_size) + " ranks: each holds " +
+      logger.info("ema: sharded over " + std::to_string(state.facts.world_size()) + " ranks: each holds " +
                   byte_size(ema_.bytes()) + " of the " + byte_size(ema_.full_bytes()) +
                   " average and updates it without communication");
     warn_if_never_started(state, logger);
@@ -293,7 +250,7 @@ class EmaAlgorithm final : public Algorithm {
   void posthoc_fit_start(State& state, Logger& logger) {
     posthoc_->to(target_device(state));
     // Snapshots newer than the checkpoint resumed from belong to a run this one no longer continues.
-    if (writes_snapshots(state)) posthoc_->remove_snapshots_after_now(state.run_dir);
+    if (writes_snapshots(state)) posthoc_->remove_snapshots_after_now(state.facts.run_dir());
     std::string widths;
     for (std::size_t i = 0; i < posthoc_->profiles(); ++i)
       widths += (i == 0 ? "" : ", ") + posthoc_->profile_name(i) + " (gamma " +
@@ -308,13 +265,13 @@ class EmaAlgorithm final : public Algorithm {
 
   void write_snapshots(State& state, Logger& logger) {
     if (!writes_snapshots(state)) return;
-    std::int64_t written = posthoc_->write_snapshots(state.run_dir);
+    std::int64_t written = posthoc_->write_snapshots(state.facts.run_dir());
     if (written == 0) return;
     logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + byte_size(written) +
-                " written, " + byte_size(posthoc::snapshot_disk_use(state.run_dir)) + " in " + state.run_dir + "/posthoc");
+                " written, " + byte_size(posthoc::snapshot_disk_use(state.facts.run_dir())) + " in " + state.facts.run_dir() + "/posthoc");
   }
 
-  static bool writes_snapshots(const State& state) { return !state.run_dir.empty() && state.rank == 0; }
+  static bool writes_snapshots(const State& state) { return !state.facts.run_dir().empty() && state.facts.rank() == 0; }
 
   void update(State& state) {
     if (!started_) {
@@ -343,13 +300,39 @@ class EmaAlgorithm final : public Algorithm {
     if (wanted && started_ && !ema_.swapped()) ema_.swap(*model_);
   }
 
-  void on_eval_start(State& state) { swap_in_if(state.eval_label == "eval" && wants_ema_weights()); }
+  void on_eval_start(State& state, Logger&) { swap_in_if(state.eval_label == "eval" && wants_ema_weights()); }
 
+  void on_predict_start(State& state, Logger&) {
+    swap_in_if(wants_ema_weights());
+    // Says which set the prediction uses (PredictResult::weights): before ema_start it is the raw one. A request
+    // for another plugin's set is that plugin's to name.
+    if (eval_weights_.empty() || keeps(eval_weights_)) state.weights = ema_.swapped() ? kEmaSet : kRawSet;
+  }
+
+  void on_batch_start(State&, Logger&) {
+    candidate_.reset();
+    checkpoint_shadow_.reset();
+    restore_raw();
+  }
+
+  void on_batch_end(State& state, Logger& logger) { on_update_point(Event::batch_end, state, logger); }
+  void on_epoch_end(State& state, Logger& logger) { on_update_point(Event::epoch_end, state, logger); }
+
+  void on_update_point(Event event, State& state, Logger& logger) {
+    if (update_due(event, state.progress, settings_.update_interval)) {
+      update(state);
+      update_posthoc(state);
+    }
+    if (posthoc_ && update_due(event, state.progress, settings_.posthoc.snapshot_every))
+      write_snapshots(state, logger);
+  }
+
+  void on_eval_or_predict_end(State&, Logger&) { restore_raw(); }
   void restore_raw() {
     if (ema_.initialized() && ema_.swapped()) ema_.swap(*model_);
   }
 
-  void on_evaluated(State& state) {
+  void on_evaluated(State& state, Logger&) {
     // Selection ranks the checkpoints of training; a standalone evaluation saves none.
     if (!settings_.select.enabled || !fitting_) return;
     auto it = state.metrics.find(settings_.select.metric);
@@ -398,33 +381,35 @@ class EmaAlgorithm final : public Algorithm {
     });
   }
 
-  void on_fit_end(State& state) {
+  void on_fit_end(State& state, Logger& logger) {
+    // The last weights are always a snapshot, so synthesis can target the end of training.
+    if (posthoc_) write_snapshots(state, logger);
     fitting_ = false;
     checkpoint_shadow_.reset();
     restore_raw();
-    if (state.run_dir.empty() || !ema_.initialized()) return;
-    if (state.rank != 0 && !(started_ && ema_.sharded())) return;
+    if (state.facts.run_dir().empty() || !ema_.initialized()) return;
+    if (state.facts.rank() != 0 && !(started_ && ema_.sharded())) return;
     NamedTensors weights = inference_weights();  // a collective when sharded: every rank takes part
-    if (state.rank != 0) return;
-    fs::create_directories(state.run_dir);
-    write_state_dict_atomic((fs::path(state.run_dir) / kExportFile).string(), export_file(weights));
+    if (state.facts.rank() != 0) return;
+    fs::create_directories(state.facts.run_dir());
+    write_state_dict_atomic((fs::path(state.facts.run_dir()) / kExportFile).string(), export_file(weights));
   }
 
   // What inference should use: the average once it has started, the raw weights before.
   NamedTensors inference_weights() const { return started_ ? ema_.state_dict() : model_state_copy(*model_); }
 
   bool selecting(const State& state) const {
-    return settings_.select.enabled && !state.run_dir.empty() && state.rank == 0;
+    return settings_.select.enabled && !state.facts.run_dir().empty() && state.facts.rank() == 0;
   }
 
-  static std::string best_dir(const State& state) { return (fs::path(state.run_dir) / "best").string(); }
+  static std::string best_dir(const State& state) { return (fs::path(state.facts.run_dir()) / "best").string(); }
 
   std::string target_device(const State& state) const {
-    return settings_.ema.device.empty() ? state.device : settings_.ema.device;
+    return settings_.ema.device.empty() ? state.facts.device() : settings_.ema.device;
   }
 
   EmaSettings settings_;
-  std::string eval_weights_;  // the set a standalone evaluation or prediction asked for (State::eval_weights)
+  std::string eval_weights_;  // the set a standalone evaluation or prediction asked for (RunFacts::requested_weights)
   ExponentialMovingAverage ema_;
   Ranking ranking_;                         // by the direction settle_selection gives
   bool selection_settled_ = false;

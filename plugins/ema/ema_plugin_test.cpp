@@ -41,9 +41,9 @@ struct EvalProbe : baton::Callback {
   int passes_with_ema = 0;
   int passes_with_raw = 0;
   int mismatches = 0;
-  void batch_end(baton::State& s, baton::Logger&) override { raw_before = copy_state(*s.model); }
+  void batch_end(baton::State& s, baton::Logger&) override { raw_before = copy_state(*s.facts.model()); }
   void eval_start(baton::State& s, baton::Logger&) override {
-    Weights now = copy_state(*s.model);
+    Weights now = copy_state(*s.facts.model());
     if (s.eval_label == "eval_raw" && bitwise_equal(now, raw_before))
       ++passes_with_raw;
     else if (s.eval_label == "eval" && bitwise_equal(now, shadow_of(*ema)))
@@ -52,7 +52,7 @@ struct EvalProbe : baton::Callback {
       ++mismatches;
   }
   void eval_end(baton::State& s, baton::Logger&) override {
-    if (!bitwise_equal(copy_state(*s.model), raw_before)) ++mismatches;  // eval_end of the ema plugin ran first
+    if (!bitwise_equal(copy_state(*s.facts.model()), raw_before)) ++mismatches;  // eval_end of the ema plugin ran first
   }
 };
 

@@ -58,7 +58,7 @@ inline Weights shadow_of(const baton::Plugin& plugin) {
 struct TrajectoryRecorder : baton::Algorithm {
   std::map<std::int64_t, Weights> at_batch;
   bool match(Event e, const baton::State&) override { return e == Event::batch_end; }
-  void apply(Event, baton::State& s, baton::Logger&) override { at_batch[s.timestamp().batch] = copy_state(*s.model); }
+  void apply(Event, baton::State& s, baton::Logger&) override { at_batch[s.timestamp().batch] = copy_state(*s.facts.model()); }
 };
 
 /// The EMA written out by hand: a copy of the weights at the first step's batch, then e = s e + (1 - s) w at each

@@ -29,13 +29,12 @@
 #include <torch/nn/module.h>
 
 #include "baton/plugin.h"
-#include "number_text.h"
+#include "baton/text.h"
 
 namespace {
 
 using baton::Event;
 
-using baton::plugins::number_text;
 
 enum class Clipping { norm, value, adaptive };
 
@@ -50,7 +49,7 @@ Clipping read_type(const baton::PluginConfig& config) {
 double read_threshold(const baton::PluginConfig& config) {
   const double threshold = config.get<double>("clipping_threshold");
   if (!(threshold > 0) || !std::isfinite(threshold))
-    config.fail("clipping_threshold", "must be a finite number > 0, got " + number_text(threshold));
+    config.fail("clipping_threshold", "must be a finite number > 0, got " + baton::format_number(threshold));
   return threshold;
 }
 
@@ -71,19 +70,16 @@ class GradientClipping final : public baton::Algorithm {
   explicit GradientClipping(const baton::PluginConfig& config)
       : type_(read_type(config)), threshold_(read_threshold(config)) {}
 
-  bool match(Event event, const baton::State&) override {
-    return event == Event::init || event == Event::after_train_batch;
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::after_train_batch, this, &GradientClipping::clip);
   }
+  void declare(baton::Declarations& run) const override { run.metric("gradient_clipping/grad_norm"); }
 
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::init) {
-      state.metric_names.push_back("gradient_clipping/grad_norm");
-      return;
-    }
-    if (state.model == nullptr) throw baton::Error("gradient_clipping: State::model is null");
+  void clip(baton::State& state, baton::Logger& logger) {
+    if (state.facts.model() == nullptr) throw baton::Error("gradient_clipping: State::model is null");
     c10::NoGradGuard no_grad;
     std::vector<at::Tensor> grads, weights;
-    for (const auto& p : state.model->parameters()) {
+    for (const auto& p : state.facts.model()->parameters()) {
       if (!p.grad().defined()) continue;
       grads.push_back(p.grad());
       weights.push_back(p.detach());

@@ -48,8 +48,8 @@ Gradients clip(const std::string& toml, const Gradients& g, RecordingLogger& log
   model->conv->weight.mutable_grad() = values(g.conv_weight, {2, 2, 1, 1});
   auto plugin = load(toml, "gradient_clipping");
   baton::State state;
-  state.model = model.ptr().get();
-  dynamic_cast<baton::Algorithm&>(*plugin.plugin).apply(Event::after_train_batch, state, logger);
+  state.facts.set_model(model.ptr().get());
+  baton::run_subscribed(*plugin.plugin, Event::after_train_batch, state, logger);
   return {values_of(model->fc->weight.grad()), values_of(model->fc->bias.grad()), values_of(model->conv->weight.grad())};
 }
 
@@ -103,14 +103,14 @@ TEST_SUITE("gradient_clipping_plugin") {
       void after_train_batch(baton::State& s, baton::Logger&) override {
         if (s.timestamp().batch != 0) return;
         double sum = 0;
-        for (const auto& p : s.model->parameters()) sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+        for (const auto& p : s.facts.model()->parameters()) sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
         grad_norm = std::sqrt(sum);
-        const at::Tensor first = s.model->parameters().front();  // parameters() returns a fresh vector
+        const at::Tensor first = s.facts.model()->parameters().front();  // parameters() returns a fresh vector
         weight_before = first.detach().clone();
         grad = first.grad().detach().clone();
       }
       void batch_end(baton::State& s, baton::Logger&) override {
-        if (s.timestamp().batch == 1) weight_after = s.model->parameters().front().detach().clone();
+        if (s.timestamp().batch == 1) weight_after = s.facts.model()->parameters().front().detach().clone();
       }
     };
     auto options = quiet_options();

@@ -11,19 +11,18 @@
 #include <string>
 
 #include "baton/plugin.h"
-#include "number_text.h"
+#include "baton/text.h"
 #include "pair_mixing.h"
 
 namespace {
 
 using baton::Event;
 
-using baton::plugins::number_text;
 
 double read_smoothing(const baton::PluginConfig& config) {
   const double smoothing = config.get_or<double>("smoothing", 0.1);
   if (!(smoothing >= 0 && smoothing <= 1))
-    config.fail("smoothing", "must be in [0, 1], got " + number_text(smoothing));
+    config.fail("smoothing", "must be in [0, 1], got " + baton::format_number(smoothing));
   return smoothing;
 }
 
@@ -32,22 +31,24 @@ class LabelSmoothing final : public baton::Algorithm {
   explicit LabelSmoothing(const baton::PluginConfig& config)
       : smoothing_(read_smoothing(config)), keys_(baton_algorithms::BatchKeys::from(config)) {}
 
-  bool match(Event event, const baton::State&) override {
-    return event == Event::before_loss || event == Event::after_loss;
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::before_loss, this, &LabelSmoothing::smooth);
+    events.on(Event::after_loss, this, &LabelSmoothing::restore);
   }
 
-  void apply(Event event, baton::State& state, baton::Logger&) override {
-    if (event == Event::before_loss) {
-      at::Tensor& targets = keys_.target_of(state);
-      const at::Tensor& outputs = state.outputs.main();
-      original_ = targets;
-      const double classes = static_cast<double>(outputs.size(1));
-      // Targets that are already probabilities (after MixUp) are smoothed the same way.
-      targets = baton_algorithms::as_probabilities(original_, outputs).mul(1.0 - smoothing_).add(smoothing_ / classes);
-    } else if (original_.defined()) {
-      keys_.target_of(state) = original_;
-      original_ = at::Tensor();
-    }
+  void smooth(baton::State& state, baton::Logger&) {
+    at::Tensor& targets = keys_.target_of(state);
+    const at::Tensor& outputs = state.outputs.main();
+    original_ = targets;
+    const double classes = static_cast<double>(outputs.size(1));
+    // Targets that are already probabilities (after MixUp) are smoothed the same way.
+    targets = baton_algorithms::as_probabilities(original_, outputs).mul(1.0 - smoothing_).add(smoothing_ / classes);
+  }
+
+  void restore(baton::State& state, baton::Logger&) {
+    if (!original_.defined()) return;
+    keys_.target_of(state) = original_;
+    original_ = at::Tensor();
   }
 
  private:

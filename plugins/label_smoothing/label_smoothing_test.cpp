@@ -46,7 +46,7 @@ TEST_SUITE("label_smoothing_plugin") {
     baton::State state;
     state.outputs = at::tensor({2.0, 0.0, 0.0, 0.0, 1.0, 0.0}).reshape({2, 3});
     state.batch = baton::Batch::of(at::tensor({1.0, 2.0}).reshape({2, 1}), at::tensor(std::vector<std::int64_t>{0, 2}));
-    algorithm.apply(Event::before_loss, state, logger);
+    baton::run_subscribed(algorithm, Event::before_loss, state, logger);
     // 0.7 * onehot + 0.1, written out.
     CHECK(max_abs_difference(values_of(state.batch.targets()), {0.8, 0.1, 0.1, 0.1, 0.1, 0.8}) < 1e-7);
     // Row 0: -(0.8 log p0 + 0.1 log p1 + 0.1 log p2), p = softmax(2, 0, 0) = (e^2, 1, 1) / (e^2 + 2).
@@ -57,7 +57,7 @@ TEST_SUITE("label_smoothing_plugin") {
     const double expected = (row0 + row1) / 2;
     CHECK(std::abs(hand_cross_entropy(rows_of(state.outputs.main()), rows_of(state.batch.targets())) - expected) < 1e-6);
     state.loss = at::tensor(1.0);
-    algorithm.apply(Event::after_loss, state, logger);
+    baton::run_subscribed(algorithm, Event::after_loss, state, logger);
     CHECK((state.batch.targets().scalar_type() == at::kLong));
     CHECK(labels_of(state.batch.targets()) == std::vector<std::int64_t>{0, 2});
   }
@@ -71,11 +71,11 @@ TEST_SUITE("label_smoothing_plugin") {
     const at::Tensor labels = at::tensor(std::vector<std::int64_t>{0, 2});
     const at::Tensor targets = at::tensor(std::vector<std::int64_t>{1, 1});
     state.batch = baton::Batch{{"labels", labels}, {"targets", targets}};
-    algorithm.apply(Event::before_loss, state, logger);
+    baton::run_subscribed(algorithm, Event::before_loss, state, logger);
     CHECK(max_abs_difference(values_of(state.batch["labels"]), {0.8, 0.1, 0.1, 0.1, 0.1, 0.8}) < 1e-7);
     CHECK(state.batch.targets().equal(targets));
     state.loss = at::tensor(1.0);
-    algorithm.apply(Event::after_loss, state, logger);
+    baton::run_subscribed(algorithm, Event::after_loss, state, logger);
     CHECK(state.batch["labels"].equal(labels));
   }
 

@@ -14,15 +14,12 @@ class LrMonitor final : public baton::Callback {
 
   // At batch_end the optimizer holds the lr this batch was trained with (the schedule sets it before the batch,
   // at before_train_batch), and the timestamp counts the batch, so the values land in that batch's line.
-  void init(baton::State& state, baton::Logger&) override {
-    if (!state.optimizer) return;
-    for (std::size_t i = 0; i < state.optimizer->param_groups().size(); ++i)
-      state.metric_names.push_back("lr/group" + std::to_string(i));
-  }
+  // One metric per parameter group of the optimizer, which is built after plugins declare: "lr/group0", ...
+  void declare(baton::Declarations& run) const override { run.metric_family("lr/group"); }
 
   void batch_end(baton::State& state, baton::Logger& logger) override {
-    if (!state.optimizer) return;
-    const auto& groups = state.optimizer->param_groups();
+    if (!state.facts.optimizer()) return;
+    const auto& groups = state.facts.optimizer()->param_groups();
     for (std::size_t i = 0; i < groups.size(); ++i)
       logger.log_metric("lr/group" + std::to_string(i), groups[i].options().get_lr());
   }

@@ -50,16 +50,20 @@ class MemoryMonitor final : public baton::Callback {
   explicit MemoryMonitor(const baton::PluginConfig& config)
       : interval_(config.get_int_or("interval", 1, baton::Range::at_least(1))) {}
 
-  void init(baton::State& state, baton::Logger& logger) override {
-    state.metric_names.push_back("memory/rss_mib");
-    state.metric_names.push_back("memory/peak_rss_mib");
-    cuda_ = state.device.rfind("cuda", 0) == 0;
+  void declare(baton::Declarations& run) const override {
+    run.metric("memory/rss_mib");
+    run.metric("memory/peak_rss_mib");
 #ifdef BATON_MEMORY_MONITOR_CUDA
-    if (cuda_)
+    if (run.device().rfind("cuda", 0) == 0)
       for (const char* name :
            {"memory/cuda_allocated_mib", "memory/cuda_peak_allocated_mib", "memory/cuda_reserved_mib"})
-        state.metric_names.push_back(name);
-#else
+        run.metric(name);
+#endif
+  }
+
+  void init(baton::State& state, baton::Logger& logger) override {
+    cuda_ = state.facts.device().rfind("cuda", 0) == 0;
+#ifndef BATON_MEMORY_MONITOR_CUDA
     if (cuda_)
       logger.warn("memory_monitor was built against a LibTorch without CUDA: it logs the process's resident memory "
                   "only, not the CUDA allocator's");
@@ -74,7 +78,7 @@ class MemoryMonitor final : public baton::Callback {
     logger.log_metric("memory/peak_rss_mib", peak_rss_mib());
 #ifdef BATON_MEMORY_MONITOR_CUDA
     if (!cuda_) return;
-    const c10::Device device(state.device);
+    const c10::Device device(state.facts.device());
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
     // Index 0 of each statistic is the aggregate over pool types (StatType::AGGREGATE).
     logger.log_metric("memory/cuda_allocated_mib", static_cast<double>(stats.allocated_bytes[0].current) / kMiB);

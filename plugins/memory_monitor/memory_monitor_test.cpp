@@ -31,8 +31,8 @@ double test_rss_mib() {
   return 0;
 }
 
-bool declared(const baton::State& state, const std::string& name) {
-  return std::find(state.metric_names.begin(), state.metric_names.end(), name) != state.metric_names.end();
+bool declared(const baton::Declarations& run, const std::string& name) {
+  return std::find(run.metrics().begin(), run.metrics().end(), name) != run.metrics().end();
 }
 
 }  // namespace
@@ -43,10 +43,12 @@ TEST_SUITE("memory_monitor") {
     RecordingLogger logger(&state);
     auto plugin = load_plugin(BATON_PLUGIN_FILE, "memory_monitor", "");
     REQUIRE(plugin.callback != nullptr);
+    baton::Declarations run;
+    plugin.callback->declare(run);
+    CHECK(declared(run, "memory/rss_mib"));
+    CHECK(declared(run, "memory/peak_rss_mib"));
+    CHECK(run.metrics().size() == 2);
     plugin.callback->run_event(baton::Event::init, state, logger);
-    CHECK(declared(state, "memory/rss_mib"));
-    CHECK(declared(state, "memory/peak_rss_mib"));
-    CHECK(state.metric_names.size() == 2);
 
     state.progress.now.batch = 1;
     const double peak_before = test_peak_mib(), rss_before = test_rss_mib();
@@ -74,14 +76,18 @@ TEST_SUITE("memory_monitor") {
     baton::State state;
 #ifndef BATON_MEMORY_MONITOR_CUDA
     // Without CUDA support a run on a GPU gets the resident memory and a warning saying what is missing.
-    state.device = "cuda";
+    state.facts.set_device("cuda");
 #endif
     RecordingLogger logger(&state);
     auto plugin = load_plugin(BATON_PLUGIN_FILE, "memory_monitor", "interval = 3");
+    baton::Declarations run("cuda");
+    plugin.callback->declare(run);
     plugin.callback->run_event(baton::Event::init, state, logger);
 #ifndef BATON_MEMORY_MONITOR_CUDA
     CHECK(logger.warnings.size() == 1);
-    CHECK(state.metric_names.size() == 2);
+    CHECK(run.metrics().size() == 2);
+#else
+    CHECK(run.metrics().size() == 5);  // and the CUDA allocator's three
 #endif
     for (int batch = 1; batch <= 6; ++batch) {
       state.progress.now.batch = batch;

@@ -152,14 +152,14 @@ TEST_SUITE("mixup_plugin") {
     auto& algorithm = dynamic_cast<baton::Algorithm&>(*plugin.plugin);
     RecordingLogger logger;
     baton::State state;
-    state.seed = 17;
+    state.facts.set_seed(17);
     const int draws = 400;
     double sum = 0;
     int below_eighth = 0;
     for (int b = 0; b < draws; ++b) {
       state.progress.now.batch = b;
       state.batch = baton::Batch::of(at::randn({4, 3}), at::arange(4));
-      algorithm.apply(Event::after_dataloader, state, logger);
+      baton::run_subscribed(algorithm, Event::after_dataloader, state, logger);
       const double m = logger.last("mixup/mixing");
       sum += m;
       below_eighth += m < 0.125;
@@ -172,7 +172,7 @@ TEST_SUITE("mixup_plugin") {
     state.progress.now.batch = 3;
     const at::Tensor x = at::randn({4, 3});
     state.batch = baton::Batch::of(x, at::arange(4));
-    dynamic_cast<baton::Algorithm&>(*off.plugin).apply(Event::after_dataloader, state, logger);
+    baton::run_subscribed(*off.plugin, Event::after_dataloader, state, logger);
     CHECK(logger.last("mixup/mixing") == 0.0);
     CHECK(max_abs_difference(values_of(state.batch.inputs()), values_of(x)) == 0.0);
   }
@@ -183,10 +183,10 @@ TEST_SUITE("mixup_plugin") {
     RecordingLogger logger;
     auto draw = [&](std::uint64_t seed, std::int64_t batch) {
       baton::State state;
-      state.seed = seed;
+      state.facts.set_seed(seed);
       state.progress.now.batch = batch;
       state.batch = baton::Batch::of(at::randn({8, 2}), at::arange(8));
-      algorithm.apply(Event::after_dataloader, state, logger);
+      baton::run_subscribed(algorithm, Event::after_dataloader, state, logger);
       return logger.last("mixup/mixing");
     };
     CHECK(draw(5, 2) == draw(5, 2));

@@ -25,7 +25,7 @@ class NanMonitor final : public baton::Callback {
     bool bad = !at::isfinite(loss).all().item<bool>();
     // Every rank must stop at the same point: a rank left alone in the gradient average would wait for the others
     // until the timeout.
-    if (state.communicator) bad = state.communicator->any(bad);
+    if (state.facts.communicator()) bad = state.facts.communicator()->any(bad);
     if (!bad) return;
     const auto& now = state.timestamp();
     // Before the batch ends the timestamp counts the batches before it: this one is number batch + 1.

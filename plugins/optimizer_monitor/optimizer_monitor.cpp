@@ -30,24 +30,27 @@ class OptimizerMonitor final : public baton::Callback {
       : interval_(config.get_int_or("interval", 1, baton::Range::at_least(1))),
         per_layer_(config.get_or<bool>("per_layer", true)) {}
 
-  // The names are the model's parameters', known at init, so a stopper may watch "l2_norm/grad/global".
+  // Declared before the model is built, so a stopper may watch "l2_norm/grad/global"; the per-layer names are the
+  // model's parameters', declared as a family.
+  void declare(baton::Declarations& run) const override {
+    for (const char* kind : {"grad", "param", "update"}) {
+      run.metric(std::string("l2_norm/") + kind + "/global");
+      if (per_layer_) run.metric_family(std::string("l2_norm/") + kind + "/");
+    }
+  }
+
   void init(baton::State& state, baton::Logger&) override {
     names_.clear();
-    if (state.model != nullptr)
-      for (const auto& item : state.model->named_parameters(/*recurse=*/true))
+    if (state.facts.model() != nullptr)
+      for (const auto& item : state.facts.model()->named_parameters(/*recurse=*/true))
         if (item.value().requires_grad()) names_.push_back(item.key());
-    for (const char* kind : {"grad", "param", "update"}) {
-      state.metric_names.push_back(std::string("l2_norm/") + kind + "/global");
-      if (per_layer_)
-        for (const auto& name : names_) state.metric_names.push_back(std::string("l2_norm/") + kind + "/" + name);
-    }
   }
 
   // The step's gradients are final here; the optimizer steps after this event, so the weights are kept to measure
   // the update at batch_end.
   void after_train_batch(baton::State& state, baton::Logger&) override {
     // The timestamp counts this batch only after the step: it is batch number batch + 1.
-    due_ = state.model != nullptr && ((state.timestamp().batch + 1) % interval_ == 0);
+    due_ = state.facts.model() != nullptr && ((state.timestamp().batch + 1) % interval_ == 0);
     if (!due_) return;
     c10::NoGradGuard no_grad;
     grads_.clear();
@@ -78,7 +81,7 @@ class OptimizerMonitor final : public baton::Callback {
  private:
   std::vector<at::Tensor> trainable(const baton::State& state) const {
     std::vector<at::Tensor> out;
-    for (const auto& item : state.model->named_parameters(/*recurse=*/true))
+    for (const auto& item : state.facts.model()->named_parameters(/*recurse=*/true))
       if (item.value().requires_grad()) out.push_back(item.value());
     return out;
   }

@@ -36,8 +36,8 @@ struct Fixture {
     layer->weight.copy_(torch::tensor({{3.0f, 4.0f}}));
     layer->bias.copy_(torch::tensor({12.0f}));
     sgd = std::make_unique<torch::optim::SGD>(layer->parameters(), torch::optim::SGDOptions(0.25));
-    state.model = layer.ptr().get();
-    state.optimizer = sgd.get();
+    state.facts.set_model(layer.ptr().get());
+    state.facts.set_optimizers({{"optimizer", sgd.get()}});
   }
   void set_gradients() {
     layer->weight.mutable_grad() = torch::tensor({{6.0f, 8.0f}});
@@ -60,13 +60,18 @@ TEST_SUITE("optimizer_monitor") {
     Fixture f;
     auto plugin = load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "");
     REQUIRE(plugin.callback != nullptr);
-    plugin.callback->run_event(baton::Event::init, f.state, f.logger);
-    const auto& names = f.state.metric_names;
+    // Declared before the model is built: the global norms by name, the per-layer ones as families.
+    baton::Declarations run;
+    plugin.callback->declare(run);
+    CHECK(run.metrics() == std::vector<std::string>{"l2_norm/grad/global", "l2_norm/param/global",
+                                                    "l2_norm/update/global"});
+    f.state.facts.set_metrics(run.metrics(), run.directions(), run.metric_families());
     for (const char* name : {"l2_norm/grad/global", "l2_norm/grad/weight", "l2_norm/grad/bias", "l2_norm/param/global",
                              "l2_norm/param/weight", "l2_norm/param/bias", "l2_norm/update/global",
                              "l2_norm/update/weight", "l2_norm/update/bias"})
-      CHECK_MESSAGE(std::find(names.begin(), names.end(), name) != names.end(), name);
-    CHECK(names.size() == 9);
+      CHECK_MESSAGE(f.state.facts.logs(name), name);
+    plugin.callback->run_event(baton::Event::init, f.state, f.logger);
+
 
     f.step(*plugin.callback);
     CHECK(f.logger.last("l2_norm/grad/weight") == doctest::Approx(10.0));
@@ -84,8 +89,11 @@ TEST_SUITE("optimizer_monitor") {
   TEST_CASE("a step skipped by the optimizer (no step between the events) is an update of zero") {
     Fixture f;
     auto plugin = load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "per_layer = false");
+    baton::Declarations run;
+    plugin.callback->declare(run);
+    CHECK(run.metrics().size() == 3);
+    CHECK(run.metric_families().empty());
     plugin.callback->run_event(baton::Event::init, f.state, f.logger);
-    CHECK(f.state.metric_names.size() == 3);
     f.set_gradients();
     plugin.callback->run_event(baton::Event::after_train_batch, f.state, f.logger);
     f.state.progress.now.batch += 1;

@@ -31,18 +31,17 @@
 
 #include "baton/plugin.h"
 #include "batch_keys.h"
-#include "number_text.h"
+#include "baton/text.h"
 #include "batch_random.h"
 
 namespace {
 
 using baton::Event;
 
-using baton::plugins::number_text;
 
 double read_fraction(const baton::PluginConfig& config, const char* key, double fallback) {
   const double value = config.get_or<double>(key, fallback);
-  if (!(value >= 0 && value <= 1)) config.fail(key, "must be in [0, 1], got " + number_text(value));
+  if (!(value >= 0 && value <= 1)) config.fail(key, "must be in [0, 1], got " + baton::format_number(value));
   return value;
 }
 
@@ -58,21 +57,21 @@ class ProgressiveResizing final : public baton::Algorithm {
     if (mode_ != "resize" && mode_ != "crop") config.fail("mode", "must be \"resize\" or \"crop\", got \"" + mode_ + "\"");
     if (delay_fraction_ + finetune_fraction_ > 1)
       config.fail("finetune_fraction", "delay_fraction + finetune_fraction must be <= 1, got " +
-                                           number_text(delay_fraction_) + " + " + number_text(finetune_fraction_));
+                                           baton::format_number(delay_fraction_) + " + " + baton::format_number(finetune_fraction_));
     if (size_increment_ < 1) config.fail("size_increment", "must be an integer >= 1, got " + std::to_string(size_increment_));
   }
 
-  bool match(Event event, const baton::State&) override {
-    return event == Event::init || event == Event::after_dataloader;
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::init, [this](baton::State& state, baton::Logger&) { check_model(state); });
+    events.on(Event::after_dataloader, this, &ProgressiveResizing::resize_batch);
+  }
+  void declare(baton::Declarations& run) const override {
+    for (const char* name : {"progressive_resizing/height", "progressive_resizing/width",
+                             "progressive_resizing/scale_factor"})
+      run.metric(name);
   }
 
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::init) {
-      state.metric_names.insert(state.metric_names.end(), {"progressive_resizing/height", "progressive_resizing/width",
-                                                           "progressive_resizing/scale_factor"});
-      check_model(state);
-      return;
-    }
+  void resize_batch(baton::State& state, baton::Logger& logger) {
     at::Tensor& inputs = keys_.images_of(state, "progressive_resizing");
     const double scale = scale_at(state.progress.fraction());
     const double factor = factor_for(inputs.size(3), scale);
@@ -96,8 +95,8 @@ class ProgressiveResizing final : public baton::Algorithm {
   // The smallest images of the run are those at initial_scale (the scale only grows); crop and resize make the same
   // size. A model that cannot take them fails here, before training, with its own reason.
   void check_model(const baton::State& state) const {
-    if (!state.probe_forward || !state.example_batch.has(keys_.input)) return;
-    baton::Batch probe = state.example_batch;
+    if (!state.facts.can_probe() || !state.facts.example_batch().has(keys_.input)) return;
+    baton::Batch probe = state.facts.example_batch();
     const at::Tensor images = probe[keys_.input];
     if (images.dim() != 4) return;  // the first batch reports it, naming the field and its shape
     const double factor = factor_for(images.size(3), initial_scale_);
@@ -106,7 +105,7 @@ class ProgressiveResizing final : public baton::Algorithm {
     probe.set(keys_.input, small);
     std::string reason;
     try {
-      state.probe_forward(probe);
+      state.facts.probe_forward(probe);
       return;
     } catch (const c10::Error& e) {
       reason = e.what_without_backtrace();
@@ -115,7 +114,7 @@ class ProgressiveResizing final : public baton::Algorithm {
     }
     const auto size = [](const at::Tensor& t) { return std::to_string(t.size(2)) + "x" + std::to_string(t.size(3)); };
     throw baton::Error("progressive_resizing: the model cannot take the smaller images this plugin makes: at "
-                       "initial_scale " + number_text(initial_scale_) + " the " + size(images) + " images of '" +
+                       "initial_scale " + baton::format_number(initial_scale_) + " the " + size(images) + " images of '" +
                        keys_.input + "' become " + size(small) + ", and the model's forward fails on them (" +
                        reason + "); use a model that pools globally before its classifier (baton's convnet with "
                        "global_pool = true; its mlp, and its convnet without it, flatten a fixed size), or leave "

@@ -34,7 +34,7 @@ at::Tensor resized_at(baton::Algorithm& algorithm, std::int64_t done, std::int64
   state.progress.max_duration = Time(100, TimeUnit::batch);
   state.progress.now.batch = done;
   state.batch = numbered_batch(2, side);
-  algorithm.apply(Event::after_dataloader, state, logger ? *logger : own);
+  baton::run_subscribed(algorithm, Event::after_dataloader, state, logger ? *logger : own);
   return state.batch.inputs();
 }
 

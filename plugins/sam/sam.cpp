@@ -10,7 +10,7 @@
 // On such a step, at after_train_batch (the batch's gradient g complete: accumulated over microbatches, averaged
 // across ranks, unscaled under amp_fp16), the weights move to w + rho g / (||g|| + epsilon), ||g|| the 2-norm of
 // every gradient as one vector; the trainer runs the step's forward and backward again there
-// (State::passes->recompute_gradients(), Composer's optimizer closure); the weights go back to w (restored, not
+// (RunFacts::passes()->recompute_gradients(), Composer's optimizer closure); the weights go back to w (restored, not
 // subtracted, so they are exactly w) and the optimizer steps with the gradient at the perturbed point. The other
 // steps are plain ones. A SAM step costs two forward and backward passes. Unlike Composer, whose ascent uses each
 // rank's own gradient, the ascent uses the gradient averaged across ranks, so every rank perturbs alike.
@@ -37,33 +37,32 @@ class Sam final : public baton::Algorithm {
         epsilon_(config.get_number_or("epsilon", 1e-12, baton::Range::at_least(0))),
         interval_(config.get_int_or("interval", 1, baton::Range::at_least(1))) {}
 
-  bool match(Event event, const baton::State& state) override {
+  void subscribe(baton::Subscriptions& events) override {
     // The batch count moves after the step: this is batch now.batch + 1.
-    return event == Event::init ||
-           (event == Event::after_train_batch && (state.progress.now.batch + 1) % interval_ == 0);
+    events.on_match(
+        Event::after_train_batch,
+        [this](const baton::State& state) { return (state.progress.now.batch + 1) % interval_ == 0; },
+        [this](baton::State& state, baton::Logger& logger) { ascend(state, logger); });
   }
+  void declare(baton::Declarations& run) const override { run.metric("sam/grad_norm"); }
 
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (event == Event::init) {
-      state.metric_names.push_back("sam/grad_norm");
-      return;
-    }
-    if (state.model == nullptr) throw baton::Error("sam: State::model is null");
-    if (state.passes == nullptr) throw baton::Error("sam: needs a trainer that can run the step again");
+  void ascend(baton::State& state, baton::Logger& logger) {
+    if (state.facts.model() == nullptr) throw baton::Error("sam: State::model is null");
+    if (state.facts.passes() == nullptr) throw baton::Error("sam: needs a trainer that can run the step again");
     // No gradient at all: a model's own training_step has stepped and cleared them (LibTorch 2.x's zero_grad leaves
     // them undefined; 1.13's leaves zeros, which reach the recompute below). The trainer's recompute refuses such a
     // step with the reason, on every LibTorch version.
     bool any_gradient = false;
-    for (const auto& p : state.model->parameters()) any_gradient = any_gradient || p.grad().defined();
+    for (const auto& p : state.facts.model()->parameters()) any_gradient = any_gradient || p.grad().defined();
     if (!any_gradient) {
-      state.passes->recompute_gradients();
+      state.facts.passes()->recompute_gradients();
       return;
     }
     std::vector<at::Tensor> params, saved;
     std::vector<at::Tensor> norms;
     {
       c10::NoGradGuard no_grad;
-      for (const auto& p : state.model->parameters())
+      for (const auto& p : state.facts.model()->parameters())
         if (p.grad().defined()) {
           params.push_back(p);
           norms.push_back(at::linalg_vector_norm(p.grad(), 2));
@@ -81,7 +80,7 @@ class Sam final : public baton::Algorithm {
     }
     std::exception_ptr failure;
     try {
-      state.passes->recompute_gradients();
+      state.facts.passes()->recompute_gradients();
     } catch (...) {
       failure = std::current_exception();
     }

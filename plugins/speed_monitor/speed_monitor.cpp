@@ -11,16 +11,13 @@ SpeedMonitor::SpeedMonitor(const PluginConfig& config, Clock clock)
     config.fail("window_size", "expected a number of batches >= 1, got " + std::to_string(window_size_));
 }
 
-void SpeedMonitor::init(State& state, Logger&) {
-  state.metric_names.insert(state.metric_names.end(),
-                            {"throughput/batches_per_sec", "throughput/samples_per_sec",
-                             "throughput/device/batches_per_sec", "throughput/device/samples_per_sec",
-                             "wall_clock/train", "wall_clock/val", "wall_clock/total"});
+void SpeedMonitor::declare(Declarations& run) const {
   // More throughput is better, for a stopper or selection without `mode`. The wall-clock times have no better
   // direction: a stopper on them says which way it watches with `mode`.
   for (const char* name : {"throughput/batches_per_sec", "throughput/samples_per_sec",
                            "throughput/device/batches_per_sec", "throughput/device/samples_per_sec"})
-    state.metric_higher_is_better[name] = true;
+    run.metric(name, /*higher_is_better=*/true);
+  for (const char* name : {"wall_clock/train", "wall_clock/val", "wall_clock/total"}) run.metric(name);
 }
 
 void SpeedMonitor::before_dataloader(State& state, Logger&) {
@@ -48,7 +45,7 @@ void SpeedMonitor::batch_end(State& state, Logger& logger) {
     if (window_seconds > 0) {
       const double batches_per_sec = static_cast<double>(window_size_) / window_seconds;
       const double samples_per_sec = static_cast<double>(window_samples) / window_seconds;
-      const double ranks = static_cast<double>(state.world_size);
+      const double ranks = static_cast<double>(state.facts.world_size());
       logger.log_metric("throughput/batches_per_sec", batches_per_sec);
       logger.log_metric("throughput/samples_per_sec", samples_per_sec);
       logger.log_metric("throughput/device/batches_per_sec", batches_per_sec / ranks);

@@ -18,7 +18,7 @@ class SpeedMonitor : public Callback {
  public:
   SpeedMonitor(const PluginConfig& config, Clock clock);
 
-  void init(State& state, Logger& logger) override;
+  void declare(Declarations& run) const override;
   void before_dataloader(State& state, Logger& logger) override;
   void batch_end(State& state, Logger& logger) override;
   void eval_before_all(State& state, Logger& logger) override;

@@ -43,7 +43,7 @@ struct Driver {
 TEST_SUITE("speed_monitor") {
   TEST_CASE("throughput over the last window_size batches; evaluation and gaps between batches count apart") {
     Driver d("window_size = 3");
-    d.state.world_size = 2;
+    d.state.facts.set_ranks(0, 2);
     d.batch(1, 32);
     CHECK_FALSE(d.logger.logged("throughput/batches_per_sec"));  // the window is not full yet
     CHECK(d.logger.last("wall_clock/train") == 1);
@@ -91,18 +91,20 @@ TEST_SUITE("speed_monitor") {
     CHECK_FALSE(resumed.logger.logged("throughput/batches_per_sec"));
   }
 
-  TEST_CASE("at init: its metrics, throughput declared higher-is-better, the wall-clock times without a direction") {
+  TEST_CASE("declared: its metrics, throughput higher-is-better, the wall-clock times without a direction") {
     Driver d("window_size = 3");
-    d.monitor.init(d.state, d.logger);
-    CHECK(d.state.metric_names.size() == 7);
+    baton::Declarations run;
+    d.monitor.declare(run);
+    CHECK(run.metrics().size() == 7);
     for (const char* name : {"throughput/batches_per_sec", "throughput/samples_per_sec",
                              "throughput/device/batches_per_sec", "throughput/device/samples_per_sec"}) {
       CAPTURE(name);
-      CHECK(d.state.higher_is_better(name) == true);
+      REQUIRE(run.directions().count(name) == 1);
+      CHECK(run.directions().at(name) == true);
     }
     for (const char* name : {"wall_clock/train", "wall_clock/val", "wall_clock/total"}) {
       CAPTURE(name);
-      CHECK_FALSE(d.state.higher_is_better(name).has_value());
+      CHECK(run.directions().count(name) == 0);
     }
   }
 

@@ -13,7 +13,7 @@
 //
 // The average is uniform: after n updates it is the mean of the n weights seen, kept as avg += (w - avg) / n. At
 // swa_end the model takes the average and its batch-norm running statistics are recomputed by one pass over the
-// training data (State::passes->forward_training_data(), with cumulative averages as PyTorch's swa_utils.update_bn
+// training data (RunFacts::passes()->forward_training_data(), with cumulative averages as PyTorch's swa_utils.update_bn
 // does), where Composer relies on the epochs left after swa_end to refresh them. The learning rate during SWA is
 // PyTorch's SWALR after k updates: swa_lr * a + lr0 * (1 - a), a = f(min(1, k / anneal_steps)), with f(t) = t
 // (linear) or (1 - cos(pi t)) / 2 (cos) and lr0 each parameter group's rate at the first update; it is set at
@@ -93,43 +93,16 @@ class Swa final : public baton::Algorithm {
  public:
   explicit Swa(const baton::PluginConfig& config) : s_(read_settings(config)) {}
 
-  bool match(Event event, const baton::State&) override {
-    switch (event) {
-      case Event::init:
-      case Event::fit_start:
-      case Event::after_load:
-      case Event::before_train_batch:
-      case Event::batch_end:
-      case Event::epoch_end:
-      case Event::fit_end: return true;
-      default: return false;
-    }
+  void subscribe(baton::Subscriptions& events) override {
+    events.on(Event::init, this, &Swa::on_init);
+    events.on(Event::fit_start, this, &Swa::on_fit_start);
+    events.on(Event::after_load, this, &Swa::on_after_load);
+    events.on(Event::before_train_batch, this, &Swa::on_before_train_batch);
+    events.on(Event::batch_end, this, &Swa::on_batch_end);
+    events.on(Event::epoch_end, this, &Swa::on_epoch_end);
+    events.on(Event::fit_end, this, &Swa::on_fit_end);
   }
-
-  void apply(Event event, baton::State& state, baton::Logger& logger) override {
-    if (state.model == nullptr) throw baton::Error("swa: State::model is null");
-    switch (event) {
-      case Event::init:
-        state.metric_names.push_back("swa/updates");
-        return;
-      case Event::fit_start: return on_fit_start(state, logger);
-      case Event::after_load: return to_device(state);
-      case Event::before_train_batch: return apply_lr(state);
-      case Event::batch_end:
-      case Event::epoch_end:
-        if (completed_ || !update_point(event, state.progress)) return;
-        update(state, logger);
-        if (state.progress.reached(s_.end)) complete(state, logger);
-        return;
-      case Event::fit_end:
-        if (updates_ > 0 && !completed_)
-          logger.warn("swa: the run ended before swa_end (" + s_.end.str() + "), so the model keeps its trained " +
-                      "weights: the average of " + std::to_string(updates_) + " updates was not applied; set an " +
-                      "earlier swa_end");
-        return;
-      default: return;
-    }
-  }
+  void declare(baton::Declarations& run) const override { run.metric("swa/updates"); }
 
   void state_dict(baton::StateDict& out) const override {
     out.set_int("updates", updates_);
@@ -164,17 +137,42 @@ class Swa final : public baton::Algorithm {
     return false;
   }
 
+  void on_init(baton::State& state, baton::Logger&) {
+    if (state.facts.model() == nullptr) throw baton::Error("swa: State::model is null");
+  }
+
   void on_fit_start(baton::State& state, baton::Logger& logger) {
-    for (const auto& id : state.plugins)
-      if (id == "ema" || id.rfind("ema#", 0) == 0)
-        logger.warn("swa: the run also has the ema plugin ('" + id + "'): SWA and EMA do not compose (Composer " +
-                    "advises using one of them): the EMA averages weights that SWA replaces at swa_end, and the " +
-                    "EMA's evaluations and exports ignore the SWA average; remove one of the two");
+    // A plugin that keeps weight sets of its own (an average it swaps in: the ema plugin's "ema") does not compose
+    // with an average that replaces the weights at swa_end; its declared sets say so, whichever plugin it is.
+    for (const auto& set : state.facts.weight_sets())
+      if (set != "raw")
+        logger.warn("swa: another plugin of the run keeps the '" + set + "' weight set (an average of its own, as " +
+                    "the ema plugin does): SWA and such an average do not compose (Composer advises using one of " +
+                    "them): it averages weights that SWA replaces at swa_end, and its evaluations and exports " +
+                    "ignore the SWA average; remove one of the two");
     to_device(state);
   }
 
+  void on_after_load(baton::State& state, baton::Logger&) { to_device(state); }
+  void on_before_train_batch(baton::State& state, baton::Logger&) { apply_lr(state); }
+  void on_batch_end(baton::State& state, baton::Logger& logger) { on_update_point(Event::batch_end, state, logger); }
+  void on_epoch_end(baton::State& state, baton::Logger& logger) { on_update_point(Event::epoch_end, state, logger); }
+
+  void on_update_point(Event event, baton::State& state, baton::Logger& logger) {
+    if (completed_ || !update_point(event, state.progress)) return;
+    update(state, logger);
+    if (state.progress.reached(s_.end)) complete(state, logger);
+  }
+
+  void on_fit_end(baton::State&, baton::Logger& logger) {
+    if (updates_ > 0 && !completed_)
+      logger.warn("swa: the run ended before swa_end (" + s_.end.str() + "), so the model keeps its trained " +
+                  "weights: the average of " + std::to_string(updates_) + " updates was not applied; set an " +
+                  "earlier swa_end");
+  }
+
   void to_device(baton::State& state) {
-    const auto params = state.model->parameters();
+    const auto params = state.facts.model()->parameters();
     if (params.empty()) return;
     for (auto& a : average_) a = a.to(params.front().device());
   }
@@ -190,7 +188,7 @@ class Swa final : public baton::Algorithm {
   void update(baton::State& state, baton::Logger& logger) {
     if (!state.progress.reached(s_.start)) return;
     c10::NoGradGuard no_grad;
-    const auto params = averaged(*state.model);
+    const auto params = averaged(*state.facts.model());
     if (updates_ == 0) {
       names_.clear();
       average_.clear();
@@ -199,7 +197,7 @@ class Swa final : public baton::Algorithm {
         average_.push_back(p.detach().clone());
       }
       lr0_.clear();
-      for (const auto& [name, optimizer] : state.optimizers)
+      for (const auto& [name, optimizer] : state.facts.optimizers())
         for (auto& group : optimizer->param_groups()) lr0_.push_back(group.options().get_lr());
     } else {
       if (params.size() != average_.size())
@@ -223,12 +221,12 @@ class Swa final : public baton::Algorithm {
     }
     {
       c10::NoGradGuard no_grad;
-      const auto params = averaged(*state.model);
+      const auto params = averaged(*state.facts.model());
       for (std::size_t i = 0; i < average_.size(); ++i) params[i].second.copy_(average_[i]);
     }
-    const auto norms = batch_norms(*state.model);
+    const auto norms = batch_norms(*state.facts.model());
     if (!norms.empty()) {
-      if (state.passes == nullptr)
+      if (state.facts.passes() == nullptr)
         throw baton::Error("swa: batch-norm statistics need a pass over the training data, which this run cannot "
                            "give (no trainer runs it)");
       // Cumulative averages (momentum none) from reset statistics: the mean over the pass's batches.
@@ -241,7 +239,7 @@ class Swa final : public baton::Algorithm {
         });
       std::exception_ptr failure;
       try {
-        state.passes->forward_training_data();
+        state.facts.passes()->forward_training_data();
       } catch (...) {
         failure = std::current_exception();
       }
@@ -261,7 +259,7 @@ class Swa final : public baton::Algorithm {
     const double t = std::min(1.0, static_cast<double>(updates_) / static_cast<double>(s_.anneal_steps));
     const double a = s_.cosine ? (1.0 - std::cos(kPi * t)) / 2.0 : t;
     std::size_t i = 0;
-    for (const auto& [name, optimizer] : state.optimizers)
+    for (const auto& [name, optimizer] : state.facts.optimizers())
       for (auto& group : optimizer->param_groups()) {
         if (i >= lr0_.size()) return;
         const double lr0 = lr0_[i++];
@@ -274,7 +272,7 @@ class Swa final : public baton::Algorithm {
   bool completed_ = false;    // swa_end has passed: the model holds the average
   std::vector<std::string> names_;
   std::vector<at::Tensor> average_;
-  std::vector<double> lr0_;  // every optimizer's param groups' rates at the first update, in State::optimizers order
+  std::vector<double> lr0_;  // every optimizer's param groups' rates at the first update, in RunFacts::optimizers() order
 };
 
 }  // namespace

@@ -77,7 +77,7 @@ struct ForceWeights : baton::Algorithm {
     c10::NoGradGuard no_grad;
     const auto b = static_cast<double>(s.timestamp().batch);
     double i = 0;
-    for (const auto& item : s.model->named_parameters(true)) {
+    for (const auto& item : s.facts.model()->named_parameters(true)) {
       at::Tensor p = item.value();
       p.copy_(at::arange(p.numel(), at::kDouble).mul(0.37).add(1.1 * i + 0.53 * b).sin().mul(0.5).reshape(p.sizes()));
       at_batch[s.timestamp().batch][item.key()] = p.detach().clone();
@@ -90,9 +90,9 @@ struct ForceWeights : baton::Algorithm {
 struct Probe : baton::Callback {
   std::map<std::int64_t, Weights> at_batch;
   std::map<std::int64_t, double> lr_of_batch;  // the rate batch b (1-based) stepped with
-  void batch_end(baton::State& s, baton::Logger&) override { at_batch[s.timestamp().batch] = copy_state(*s.model); }
+  void batch_end(baton::State& s, baton::Logger&) override { at_batch[s.timestamp().batch] = copy_state(*s.facts.model()); }
   void after_train_batch(baton::State& s, baton::Logger&) override {
-    lr_of_batch[s.timestamp().batch + 1] = s.optimizer->param_groups().front().options().get_lr();
+    lr_of_batch[s.timestamp().batch + 1] = s.facts.optimizer()->param_groups().front().options().get_lr();
   }
 };
 
@@ -295,12 +295,29 @@ TEST_SUITE("swa_plugin") {
     CHECK(resumed_result.evals.back().metrics.at("eval/loss") == whole_result.evals.back().metrics.at("eval/loss"));
   }
 
-  TEST_CASE("swa beside ema is a warning; a window out of order is a configuration error") {
+  TEST_CASE("swa beside a plugin keeping an average of its own is a warning; a window out of order is an error") {
+    // Told by the weight sets the other plugin declares, whatever its id: "raw" alone is no average.
+    struct KeepsSets : baton::Callback {
+      std::vector<std::string> sets;
+      void declare(baton::Declarations& run) const override {
+        for (const auto& set : sets) run.weight_set(set);
+      }
+    };
+    auto averaging = std::make_shared<KeepsSets>();
+    averaging->sets = {"average", "raw"};
     auto r = normed_run("swa_start = \"1ep\"\nswa_end = \"2ep\"", Time(2, TimeUnit::epoch));
     r.trainer->add_plugin("swa", r.swa.plugin);
-    r.trainer->add_plugin("ema", std::make_shared<Probe>());
+    r.trainer->add_plugin("averager", averaging);
     r.trainer->fit();
+    CHECK(warned(*r.trainer, "keeps the 'average' weight set"));
     CHECK(warned(*r.trainer, "do not compose"));
+    auto raw_only = std::make_shared<KeepsSets>();
+    raw_only->sets = {"raw"};
+    auto quiet = normed_run("swa_start = \"1ep\"\nswa_end = \"2ep\"", Time(2, TimeUnit::epoch));
+    quiet.trainer->add_plugin("swa", quiet.swa.plugin);
+    quiet.trainer->add_plugin("ema", raw_only);
+    quiet.trainer->fit();
+    CHECK_FALSE(warned(*quiet.trainer, "do not compose"));
     // swa_end's unit must be swa_start's, and it must come after it.
     CHECK(contains(config_error("swa_start = \"2ep\"\nswa_end = \"0.9dur\"", "swa"), "swa_end"));
     CHECK(contains(config_error("swa_start = \"0.8dur\"\nswa_end = \"0.5dur\"", "swa"), "must come after"));

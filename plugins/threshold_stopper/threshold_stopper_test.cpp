@@ -23,10 +23,10 @@ struct Driver {
   RecordingLogger logger{&state};
 
   explicit Driver(const std::string& toml) : plugin(load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", toml)) {
-    // The directions a trainer gives its metrics after init (State::metric_higher_is_better): losses lower,
+    // The directions a trainer gives its metrics after init (RunFacts::higher_is_better): losses lower,
     // accuracy higher, rmse lower (its metric says so; its name does not).
-    state.metric_higher_is_better = {
-        {"train/loss", false}, {"eval/loss", false}, {"eval/accuracy", true}, {"eval/rmse", false}};
+    state.facts.set_metrics({"train/loss", "eval/loss", "eval/accuracy", "eval/rmse"},
+                            {{"train/loss", false}, {"eval/loss", false}, {"eval/accuracy", true}, {"eval/rmse", false}});
     state.progress.max_duration = baton::Time(10, baton::TimeUnit::epoch);
     state.progress.batches_per_epoch = 4;
     plugin.callback->fit_start(state, logger);
@@ -217,7 +217,7 @@ TEST_SUITE("threshold_stopper") {
     CHECK(contains(config_error(file, "threshold_stopper", "monitor = \"eval/accuracy\"\nthreshold = \"high\""),
                    "run.toml:2:13: plugins.threshold_stopper.threshold: expected a number, got string \"high\""));
     CHECK(contains(config_error(file, "threshold_stopper", "monitor = \"eval/accuracy\"\nthreshold = 0.9\nmode = \"gt\""),
-                   "run.toml:3:8: plugins.threshold_stopper.mode: expected \"min\""));
+                   "run.toml:3:8: plugins.threshold_stopper.mode: expected one of \"min\", \"max\""));
     CHECK(contains(config_error(file, "threshold_stopper", "monitor = \"x\"\nthreshold = 1\nstop_on_batch = 1"),
                    "run.toml:3:17: plugins.threshold_stopper.stop_on_batch: expected a boolean"));
     CHECK(contains(config_error(file, "threshold_stopper", "monitor = \"x\"\nthreshold = nan"),

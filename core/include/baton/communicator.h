@@ -1,7 +1,7 @@
 #pragma once
 // Data-parallel communication: the rendezvous from torchrun's variables and the few collectives training and a
 // sharded EMA need, on a c10d process group (Gloo). c10d stays inside the library: this header needs only ATen's
-// Tensor. The trainer owns one (TrainerOptions::communicator) and lends it to plugins as State::communicator.
+// Tensor. The trainer owns one (TrainerOptions::communicator) and lends it to plugins as RunFacts::communicator (State::facts).
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -2,16 +2,20 @@
 // The plugin SDK: what a plugin includes. Deliberately light (no <torch/torch.h>): a plugin that only watches
 // events compiles in well under a second.
 //
-// Two kinds of plugins, as in Composer:
-//   Algorithm — match(event, state) says whether it runs; apply(event, state, logger) does the work.
+// Two kinds of plugins, as in Composer, which differ in the order they run (docs/plugins.md):
+//   Algorithm — registers one handler per event it acts on in subscribe (`events.on(Event::batch_end, this,
+//               &MyAlgorithm::update)`); Composer's match/apply pair remains for one that decides per occurrence.
 //   Callback  — one virtual per event, empty by default; override the ones you need.
 // Both may keep state in checkpoints (state_dict / load_state_dict) and are closed once at the end of a run.
 //
 // A plugin tells the engine which events it handles once, when it is added to a run (Plugin::subscribe, as LLVM's
 // pass plugins register their callbacks through one hook), and the engine calls only those. Events cross that line
 // by name: the engine resolves each against its own event list, so a baton whose events.def gained events (anywhere
-// in the list) still calls an older plugin on exactly the events it subscribed to. Callback and Algorithm subscribe
-// for you; the core never calls their own virtuals, which therefore may follow events.def freely.
+// in the list) still calls an older plugin on exactly the events it subscribed to. Callback subscribes for you; the
+// core never calls its own virtuals, which therefore may follow events.def freely.
+//
+// What a plugin logs, watches, keeps and adds to evaluation it declares once too (Plugin::declare, methods of
+// baton/declarations.h), before any model is built; what is fixed for the run it reads through State::facts.
 //
 // Export a plugin with one macro in one .cpp file:
 //   BATON_PLUGIN(MyAlgorithm, "my_algorithm", "1.0.0", "what it does")
@@ -28,6 +32,7 @@
 
 #include <torch/version.h>
 
+#include "baton/declarations.h"
 #include "baton/error.h"
 #include "baton/event.h"
 #include "baton/export.h"
@@ -54,6 +59,10 @@ class BATON_API Plugin {
   /// Registers the plugin's handlers, once, when it is added to a run (before init); the engine calls nothing else
   /// of it on events. Algorithm and Callback implement it; override it to register handlers of your own.
   virtual void subscribe(Subscriptions& events);
+  /// Declares what the plugin logs, watches, keeps and evaluates (baton/declarations.h), once it is added to a
+  /// run and again wherever baton needs the declarations before a run (`baton check`, `--weights`): it declares
+  /// and does nothing else. The model is not built yet; what depends on it is declared as a family of names.
+  virtual void declare(Declarations& run) const;
 };
 
 /// The handlers a plugin registers in Plugin::subscribe. Each names its event by string: the engine resolves the
@@ -80,6 +89,12 @@ class BATON_API Subscriptions {
 
   /// The same with an Event of this SDK: the name is taken from the list the plugin is compiled against.
   void on(Event event, Handler handler) { add(event_name(event), std::move(handler)); }
+  /// One line per event: `events.on(Event::fit_start, this, &MyPlugin::fit_start)`, the method taking
+  /// (State&, Logger&).
+  template <class T>
+  void on(Event event, T* self, void (T::*method)(State&, Logger&)) {
+    on(event, [self, method](State& state, Logger& logger) { (self->*method)(state, logger); });
+  }
   void on_match(Event event, Match match, Handler handler) {
     add_matched(event_name(event), std::move(match), std::move(handler));
   }
@@ -98,9 +113,12 @@ struct CallbackOverrides;
 class BATON_API Algorithm : public Plugin {
  public:
   ~Algorithm() override;
-  virtual bool match(Event event, const State& state) = 0;
-  virtual void apply(Event event, State& state, Logger& logger) = 0;
-  /// Subscribes match/apply to every event of this SDK's list; `event` is always a value of that list.
+  /// Composer's pair, for an algorithm that does not override subscribe: match says whether apply runs on this
+  /// occurrence of the event. One that registers its own handlers in subscribe leaves both alone.
+  virtual bool match(Event event, const State& state);
+  virtual void apply(Event event, State& state, Logger& logger);
+  /// Subscribes match/apply to every event of this SDK's list; `event` is always a value of that list. An
+  /// algorithm that acts on a few events overrides this with one `events.on(...)` line per event.
   inline void subscribe(Subscriptions& events) override;
 
  protected:
@@ -203,6 +221,16 @@ inline void Callback::subscribe(Subscriptions& events) {
 #undef BATON_EVENT
 }
 
+/// Runs what `plugin` subscribed to `event` as the engine runs it (each of its handlers for that event, in the
+/// order registered, a matched one when its match says so): for tests that drive a plugin without a trainer.
+inline void run_subscribed(Plugin& plugin, Event event, State& state, Logger& logger) {
+  Subscriptions events;
+  plugin.subscribe(events);
+  const std::string_view name = event_name(event);
+  for (const auto& entry : events.entries())
+    if (entry.event == name && (!entry.match || entry.match(state))) entry.handler(state, logger);
+}
+
 inline void Callback::run_event(Event event, State& state, Logger& logger) {
   switch (event) {
 #define BATON_EVENT(name) \
@@ -219,9 +247,10 @@ inline void Callback::run_event(Event event, State& state, Logger& logger) {
 /// Bump on any change that breaks binary compatibility of this SDK: the layout of baton_plugin_info (other than
 /// appending a field), of State other than appending a member (its layout rule in baton/state.h), of Batch,
 /// Progress, Timestamp; the virtual functions of Plugin/Logger/CheckpointInProgress; the signatures of exported SDK
-/// functions. Adding an event is not such a change (plugins subscribe by name), nor are the virtuals of Callback and
-/// Algorithm, which only the plugin's own code calls. docs/plugins.md lists them.
-#define BATON_PLUGIN_ABI_VERSION 4u
+/// functions. Adding an event is not such a change (plugins subscribe by name), nor is a new method of RunFacts or
+/// Declarations, nor are the virtuals of Callback and Algorithm, which only the plugin's own code calls.
+/// docs/plugins.md lists them. 5: declarations (Plugin::declare) and the run's facts (State::facts) left State.
+#define BATON_PLUGIN_ABI_VERSION 5u
 
 extern "C" {
 /// Read by the loader before any C++ type of the plugin is touched. struct_size and abi_version stay first in every

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "baton/export.h"
+#include "baton/text.h"  // format_number, which times are read with
 
 namespace baton {
 
@@ -64,14 +65,7 @@ struct BATON_API Timestamp {
 /// the total batch count), so every line of a run reads the same.
 BATON_API std::string format_timestamp(const Timestamp& t);
 
-/// A number for people to read, with at most `significant` significant digits, as printf's %g writes it:
-/// format_number(0.99930709) is "0.999307", format_number(1000) "1000", format_number(1e-5) "1e-05", and
-/// format_number(0.28867513, 4) "0.2887". -0 reads "0" (a sign on nothing looks like an error); nan reads "nan".
-BATON_API std::string format_number(double value, int significant = 6);
 
-/// A number with exactly `decimals` digits after the point, as printf's %.*f writes it: format_decimals(2.302585,
-/// 4) is "2.3026", format_decimals(12.0, 1) "12.0". For columns of values (losses, seconds) that line up.
-BATON_API std::string format_decimals(double value, int decimals);
 
 /// A timestamp together with the run's length, so any Time (dur included) can be compared with "now".
 struct BATON_API Progress {

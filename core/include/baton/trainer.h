@@ -64,8 +64,8 @@ struct TrainerOptions : TrainerSettings {
   /// More evaluation sets, evaluated after the main one when both fall due.
   std::vector<EvalSet> eval_sets;
   /// For evaluation and prediction: which weight set a plugin that keeps several should use ("": the plugins'
-  /// default), one a plugin of the run declares (State::weight_sets; the EMA plugin: "ema", "raw"); see
-  /// State::eval_weights.
+  /// default), one a plugin of the run declares (Declarations::weight_set; the EMA plugin: "ema", "raw"); plugins
+  /// read it as RunFacts::requested_weights. A request evaluates one pass, the main one, with that set.
   std::string eval_weights;
   int rank = 0;
   int world_size = 1;
@@ -102,7 +102,7 @@ struct FitResult {
 };
 
 struct EvalResult {
-  std::string label;  // the evaluation pass: "eval", or one a plugin added (State::eval_labels)
+  std::string label;  // the evaluation pass: "eval", or one a plugin declared (RunFacts::eval_passes)
   std::string set;    // empty for the main evaluation set, else the EvalSet's name
   /// The mean loss; NaN when the pass computes none (a model with its own evaluation forward, which samples).
   double loss = std::numeric_limits<double>::quiet_NaN();
@@ -122,7 +122,7 @@ struct PredictResult {
   Outputs outputs;         // the model's (evaluation) outputs, every per-sample field [N, ...]
   at::Tensor predictions;  // the argmax class of each row (int64 [N]) when the main output is class scores [N, C]
   at::Tensor targets;      // the dataset's targets, when it has them
-  /// The weight set a plugin swapped in for the prediction, as it named it on State::eval_label at predict_start
+  /// The weight set a plugin swapped in for the prediction, as it named it on State::weights at predict_start
   /// ("ema", "raw": the EMA plugin); empty when no plugin did (the model's own weights).
   std::string weights;
 };
@@ -153,9 +153,9 @@ class BATON_API Trainer {
     add_plugin(std::move(id), std::shared_ptr<Plugin>(std::move(plugin)));
   }
 
-  /// Fires init (plugins set up, add their evaluation passes, declare their metrics and check the model against
-  /// the batches they will make) and checks what is known before a run: every metric a plugin acts on is one the
-  /// run logs, and has a direction when the plugin takes it from the metric (State::directed_metrics); a
+  /// Fires init (plugins set up and check the model against the batches they will make) and checks what plugins
+  /// declared when they were added: every metric a plugin acts on is one the run logs, and has a direction when
+  /// the plugin takes it from the metric (a WatchedMetric without `mode`); a
   /// ConfigError at the plugin's key otherwise. fit(), evaluate_standalone() and predict() do this first (the
   /// last two also refuse TrainerOptions::eval_weights when no plugin declares that set); `baton check` calls it
   /// alone. Calling it again does nothing.
@@ -166,7 +166,7 @@ class BATON_API Trainer {
   FitResult fit();
 
   /// Evaluates on the eval set, firing eval_standalone_start/end around the evaluation events; loads
-  /// `checkpoint` first when given (before_load/after_load). One result per evaluation pass (State::eval_labels).
+  /// `checkpoint` first when given (before_load/after_load). One result per evaluation pass (RunFacts::eval_passes).
   std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint = "");
 
   /// Runs the model over the eval set (or `data`) without gradients, firing predict_start, per batch

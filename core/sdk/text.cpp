@@ -1,0 +1,43 @@
+#include "baton/text.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace baton {
+namespace {
+
+// printf with one precision and one double; + 0.0 turns -0 into 0, and a nan prints without the sign glibc gives
+// some of them ("-nan"), which tells a reader nothing.
+std::string print_number(const char* format, int precision, double value) {
+  if (std::isnan(value)) return "nan";
+  value += 0.0;
+  // Measured first: %.*f of 1e308 has 309 digits before the point.
+  const int length = std::snprintf(nullptr, 0, format, precision, value);
+  std::string out(static_cast<std::size_t>(length), '\0');
+  std::snprintf(out.data(), out.size() + 1, format, precision, value);
+  return out;
+}
+
+}  // namespace
+
+std::string format_number(double value, int significant) { return print_number("%.*g", significant, value); }
+
+std::string format_decimals(double value, int decimals) { return print_number("%.*f", decimals, value); }
+
+std::string format_exact(double value) {
+  // The fewest %g digits that read back as the same double: what format_number writes with just enough digits.
+  for (int significant = 1; significant < 17; ++significant) {
+    std::string text = print_number("%.*g", significant, value);
+    if (std::strtod(text.c_str(), nullptr) == value || std::isnan(value)) return text;
+  }
+  return print_number("%.*g", 17, value);  // 17 significant digits always read back
+}
+
+std::string format_shape(const std::int64_t* sizes, std::size_t count) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < count; ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+}  // namespace baton
