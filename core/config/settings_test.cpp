@@ -5,12 +5,15 @@
 
 #include "baton/settings.h"
 #include "config/config.h"
+#include "config/config_test_support.h"
+#include "config/settings_table.h"
 
 using baton::Precision;
 using baton::SettingProblem;
 using baton::Time;
 using baton::TimeUnit;
 using baton::TrainerSettings;
+using baton::settings_table::Setting;
 
 namespace {
 
@@ -148,5 +151,23 @@ TEST_SUITE("settings") {
       CHECK(baton::precision_from_name(baton::precision_name(p)) == p);
     CHECK_FALSE(baton::precision_from_name("bf16").has_value());
     CHECK_FALSE(baton::precision_from_name("").has_value());
+  }
+
+  TEST_CASE("issue 37: one list of precision names, which the config's error lists") {
+    CHECK(baton::settings_table::precision_names() == std::vector<std::string>{"fp32", "amp_bf16", "amp_fp16"});
+    CHECK(baton::config_test::failure("[trainer]\nprecision = \"bf16\"\n").what ==
+          "cfg.toml:2:13: trainer.precision: expected one of \"fp32\", \"amp_bf16\", \"amp_fp16\", got string "
+          "\"bf16\"");
+  }
+
+  TEST_CASE("issue 37: the config reads every setting of the table from its section, checking its type") {
+    for (const Setting& setting : baton::settings_table::settings()) {
+      CAPTURE(setting.config_key());
+      // A table is no setting's type: the key's reader refuses it there (an unread key would say "unknown key").
+      const auto f = baton::config_test::failure("[" + setting.section + "]\n" + setting.key + " = { x = 1 }\n");
+      CHECK(f.key == setting.config_key());
+      CHECK(f.line == 2);
+      CHECK(baton::config_test::contains(f.what, ", got table"));
+    }
   }
 }
