@@ -8,11 +8,7 @@
 #include "config/config.h"
 #include "config/config_test_support.h"
 
-using baton::ConfigError;
-using baton::Override;
-using baton::RunConfig;
-using baton::Time;
-using baton::TimeUnit;
+// ConfigError, Override, RunConfig, Time, TimeUnit and the helpers.
 using namespace baton::config_test;
 
 TEST_SUITE("config") {

@@ -12,9 +12,7 @@
 #include "config/settings_table.h"
 #include "config/toml_node.h"
 
-using baton::RunConfig;
-using baton::Time;
-using baton::TimeUnit;
+// ConfigError, Override, RunConfig, Time, TimeUnit and the helpers.
 using namespace baton::config_test;
 
 TEST_SUITE("config") {

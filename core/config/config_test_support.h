@@ -7,9 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "baton/time.h"
 #include "config/config.h"
 
 namespace baton::config_test {
+
+// The names every config test uses, for a test file's `using namespace baton::config_test`.
+using baton::ConfigError;
+using baton::Override;
+using baton::RunConfig;
+using baton::Time;
+using baton::TimeUnit;
 
 struct Failure {
   std::string what;
