@@ -1,16 +1,25 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "baton/settings.h"
 #include "config/config.h"
+#include "config/config_test_support.h"
+#include "config/settings_table.h"
 
 using baton::Precision;
 using baton::SettingProblem;
 using baton::Time;
 using baton::TimeUnit;
 using baton::TrainerSettings;
+using baton::settings_table::Setting;
 
 namespace {
 
@@ -26,6 +35,51 @@ std::string only_problem(const TrainerSettings& settings) {
   const auto list = problems(settings);
   REQUIRE(list.size() == 1);
   return list.front();
+}
+
+// The rows of the first table under docs/config.md's "### `[<section>]`" heading: key -> its cells, trimmed.
+std::map<std::string, std::vector<std::string>> documented_keys(const std::string& doc, const std::string& section) {
+  std::map<std::string, std::vector<std::string>> rows;
+  const std::size_t heading = doc.find("\n### `[" + section + "]`\n");
+  REQUIRE_MESSAGE(heading != std::string::npos, "docs/config.md has no section [" << section << "]");
+  std::size_t at = doc.find("\n| key |", heading);
+  REQUIRE(at != std::string::npos);
+  at = doc.find('\n', doc.find('\n', at + 1) + 1);  // past the header and the |---| line
+  while (at + 1 < doc.size() && doc[at + 1] == '|') {
+    const std::size_t end = doc.find('\n', at + 1);
+    const std::string line = doc.substr(at + 1, end - at - 1);
+    std::vector<std::string> cells;
+    std::size_t from = 1;
+    for (std::size_t bar; (bar = line.find('|', from)) != std::string::npos; from = bar + 1) {
+      std::string cell = line.substr(from, bar - from);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cell.erase(cell.find_last_not_of(' ') + 1);
+      cells.push_back(cell);
+    }
+    REQUIRE(cells.size() >= 4);
+    REQUIRE(cells[0].size() > 2);
+    rows[cells[0].substr(1, cells[0].size() - 2)] = cells;  // `batch_size`
+    at = end;
+  }
+  return rows;
+}
+
+// The type column's word for a setting's kind.
+std::string documented_type(const Setting& setting) {
+  if (std::holds_alternative<bool TrainerSettings::*>(setting.member)) return "boolean";
+  if (std::holds_alternative<Time TrainerSettings::*>(setting.member)) return "time";
+  if (std::holds_alternative<std::string TrainerSettings::*>(setting.member) ||
+      std::holds_alternative<Precision TrainerSettings::*>(setting.member))
+    return "string";
+  return "integer";
+}
+
+// A value as a config file writes it: texts, times and precisions in quotes.
+std::string toml_literal(const TrainerSettings& settings, const Setting& setting) {
+  const std::string text = baton::settings_table::value_text(settings, setting);
+  const bool quoted = std::holds_alternative<Time TrainerSettings::*>(setting.member) ||
+                      std::holds_alternative<Precision TrainerSettings::*>(setting.member);
+  return quoted ? "\"" + text + "\"" : text;
 }
 
 }  // namespace
@@ -148,5 +202,64 @@ TEST_SUITE("settings") {
       CHECK(baton::precision_from_name(baton::precision_name(p)) == p);
     CHECK_FALSE(baton::precision_from_name("bf16").has_value());
     CHECK_FALSE(baton::precision_from_name("").has_value());
+  }
+
+  TEST_CASE("issue 37: one list of precision names, which the config's error lists") {
+    CHECK(baton::settings_table::precision_names() == std::vector<std::string>{"fp32", "amp_bf16", "amp_fp16"});
+    CHECK(baton::config_test::failure("[trainer]\nprecision = \"bf16\"\n").what ==
+          "cfg.toml:2:13: trainer.precision: expected one of \"fp32\", \"amp_bf16\", \"amp_fp16\", got string "
+          "\"bf16\"");
+  }
+
+  TEST_CASE("issue 37: the config reads every setting of the table from its section, checking its type") {
+    for (const Setting& setting : baton::settings_table::settings()) {
+      CAPTURE(setting.config_key());
+      // A table is no setting's type: the key's reader refuses it there (an unread key would say "unknown key").
+      const auto f = baton::config_test::failure("[" + setting.section + "]\n" + setting.key + " = { x = 1 }\n");
+      CHECK(f.key == setting.config_key());
+      CHECK(f.line == 2);
+      CHECK(baton::config_test::contains(f.what, ", got table"));
+    }
+  }
+
+  TEST_CASE("issue 37: docs/config.md documents each setting of the table, its type, default and units; no other") {
+    std::ifstream in(std::filesystem::path(BATON_SOURCE_DIR) / "docs" / "config.md");
+    REQUIRE(in);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string doc = text.str();
+    // What a key left out means in a config file (the config fills in checkpoint.dir).
+    const TrainerSettings defaults = baton::parse_config("", "cfg.toml").settings;
+    const auto& table = baton::settings_table::settings();
+    for (const std::string section : {"run", "data", "trainer", "checkpoint"}) {
+      for (const auto& [key, cells] : documented_keys(doc, section)) {
+        CAPTURE(section + "." + key);
+        const auto setting = std::find_if(table.begin(), table.end(), [&](const Setting& s) {
+          return s.section == section && s.key == key;
+        });
+        if (setting == table.end()) {
+          // The run's folder, the dataset and its metrics are RunConfig's own, not the Trainer's settings.
+          const std::vector<std::string> own = {"run.name", "run.dir", "data.name", "data.metrics"};
+          CHECK(std::find(own.begin(), own.end(), section + "." + key) != own.end());
+          continue;
+        }
+        CHECK(cells[1] == documented_type(*setting));
+        CHECK(cells[2].rfind("`" + toml_literal(defaults, *setting) + "`", 0) == 0);
+        if (std::holds_alternative<Time TrainerSettings::*>(setting->member)) {
+          // The units in the "allowed" column are the rule's, and "> 0" is there exactly when zero is refused.
+          std::vector<TimeUnit> units;
+          for (TimeUnit unit : {TimeUnit::epoch, TimeUnit::batch, TimeUnit::sample, TimeUnit::token,
+                                TimeUnit::iteration, TimeUnit::duration})
+            if (cells[3].find("`" + std::string(baton::unit_suffix(unit)) + "`") != std::string::npos)
+              units.push_back(unit);
+          CHECK(units == setting->rule.units);
+          CHECK((cells[3].find("> 0") != std::string::npos) == setting->rule.positive);
+        }
+      }
+    }
+    for (const Setting& setting : table) {
+      CAPTURE(setting.config_key());
+      CHECK(documented_keys(doc, setting.section).count(setting.key) == 1);
+    }
   }
 }

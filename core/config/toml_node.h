@@ -1,6 +1,7 @@
 #pragma once
 // Private to core/config: reading toml++ nodes into C++ values with messages that say what was expected and what
-// was found, shared by the run configuration (config.cpp) and plugins' views (plugin_config.cpp).
+// was found (toml_node.cpp), and writing them as text (toml_text.cpp), shared by the run configuration (config*.cpp)
+// and plugins' views (plugin_config.cpp).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,18 @@ std::string quote(std::string_view text);
 
 /// "string \"abc\"", "integer 3", "float 0.5", "boolean true", "array [1, 2]", "table".
 std::string describe(const toml::node& node);
+
+/// The shortest decimal that reads back as the same double ("0.05", not toml++'s "0.050000000000000003"), with
+/// ".0" on a whole number so it stays a float; nan, inf and -inf as TOML spells them.
+std::string float_text(double value);
+
+/// A value as TOML writes it: strings quoted, floats as float_text, arrays and tables inline
+/// ("[\"accuracy\", { k = 3, name = \"top_k\" }]").
+std::string value_text(const toml::node& node);
+
+/// A whole document that reads back as `root`: its values, then each table under its [header] and each array of
+/// tables under [[header]]s, keys in sorted order (toml++'s), floats as float_text.
+std::string document_text(const toml::table& root);
 
 /// Where a node came from. Nodes from a --set override carry the override's text as their path and have no line.
 SourceLocation location_of(const toml::source_region& source, const std::string& file);

@@ -1,0 +1,102 @@
+#include "config/settings_table.h"
+
+#include <type_traits>
+#include <utility>
+
+#include "config/words.h"
+
+namespace baton::settings_table {
+namespace {
+
+using S = TrainerSettings;
+using U = TimeUnit;
+
+Rule at_least(std::int64_t min, std::string note = "") {
+  Rule rule;
+  rule.min = min;
+  rule.note = std::move(note);
+  return rule;
+}
+
+Rule between(std::int64_t min, std::int64_t max) {
+  Rule rule;
+  rule.min = min;
+  rule.max = max;
+  return rule;
+}
+
+Rule time_in(std::vector<TimeUnit> units, bool positive) {
+  Rule rule;
+  rule.units = std::move(units);
+  rule.positive = positive;
+  return rule;
+}
+
+Rule related(std::string (*relation)(const TrainerSettings&), Rule rule = {}) {
+  rule.relation = relation;
+  return rule;
+}
+
+bool is_cuda(const std::string& device) {
+  return device == "cuda" || (device.rfind("cuda:", 0) == 0 && config_words::is_digits(device.substr(5)));
+}
+
+std::string device_form(const S& s) {
+  return s.device == "cpu" || is_cuda(s.device) ? "" : "\"cpu\", \"cuda\" or \"cuda:N\"";
+}
+
+// Only on the CPU: a device of another form is the device's own problem, reported before this one.
+std::string fp16_on_cuda(const S& s) {
+  if (s.precision != Precision::amp_fp16 || s.device != "cpu") return "";
+  return "fp32 or amp_bf16 on the device \"" + s.device +
+         "\" (amp_fp16 needs a CUDA device; on the CPU use amp_bf16, which needs no loss scaling)";
+}
+
+std::string prefetch_covers_workers(const S& s) {
+  if (s.workers <= 0 || s.prefetch <= 0 || s.prefetch >= s.workers) return "";
+  return "at least workers (" + std::to_string(s.workers) + ": each worker fetches one of the batches ahead)";
+}
+
+}  // namespace
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {"trainer", "max_duration", "max_duration", &S::max_duration, time_in({U::epoch, U::batch, U::sample}, true)},
+      {"trainer", "eval_interval", "eval_interval", &S::eval_interval,
+       time_in({U::epoch, U::batch, U::duration}, false)},
+      {"data", "batch_size", "batch_size", &S::batch_size, at_least(1)},
+      {"data", "eval_batch_size", "eval_batch_size", &S::eval_batch_size, at_least(1)},
+      {"data", "workers", "workers", &S::workers, between(0, kMaxWorkers)},
+      {"data", "prefetch", "prefetch", &S::prefetch,
+       related(prefetch_covers_workers, at_least(0, " (0: two per worker)"))},
+      {"run", "seed", "seed", &S::seed, {}},
+      {"trainer", "threads", "threads", &S::threads, at_least(0)},
+      {"trainer", "device", "device", &S::device, related(device_form)},
+      {"trainer", "precision", "precision", &S::precision, related(fp16_on_cuda)},
+      {"trainer", "microbatch_size", "microbatch_size", &S::microbatch_size, at_least(0)},
+      {"trainer", "log_interval", "log_interval", &S::log_interval, time_in({U::batch}, true)},
+      {"trainer", "progress", "progress", &S::progress, {}},
+      {"trainer", "allow_nonfinite", "allow_nonfinite", &S::allow_nonfinite, {}},
+      {"checkpoint", "save_interval", "save_interval", &S::save_interval, time_in({U::epoch, U::batch}, false)},
+      {"checkpoint", "keep_last", "keep_last", &S::keep_last, at_least(0)},
+      // "" is the run folder's checkpoints/ (the config fills it in), so a file may not say "" itself.
+      {"checkpoint", "dir", "checkpoint_dir", &S::checkpoint_dir, {}, true},
+  };
+  return table;
+}
+
+std::string value_text(const TrainerSettings& s, const Setting& setting) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        const auto& value = s.*member;
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return "\"" + value + "\"";
+        else if constexpr (std::is_same_v<T, Time>) return value.str();
+        else if constexpr (std::is_same_v<T, Precision>) return precision_name(value);
+        else return std::to_string(value);
+      },
+      setting.member);
+}
+
+}  // namespace baton::settings_table
