@@ -160,7 +160,7 @@ void measure(std::vector<Config>& configs, baton::PluginLoader& loader) {
 }  // namespace
 
 int main() {
-  // As `baton train` sets up the process (core/trainer/run.cpp): one intra-op thread per core, freed memory kept.
+  // As `baton train` sets up the process (core/cli/assembly.cpp): one intra-op thread per core, freed memory kept.
   at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);

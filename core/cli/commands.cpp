@@ -24,7 +24,7 @@
 #include "posthoc_command.h"  // posthoc
 #include "sdk/exception_text.h"
 #include "sdk/nearest.h"
-#include "trainer/run.h"
+#include "cli/assembly.h"
 
 namespace {
 
@@ -110,8 +110,8 @@ void print_eval_table(const std::vector<baton::EvalRecord>& evals) {
 }
 
 // eval and predict: a run that writes nothing, quiet, with the weight set asked for ("": the plugins' default).
-baton::RunOptions inference_options(const CommonArgs& args, const std::string& weights, const char* command) {
-  baton::RunOptions options;
+baton::AssemblyOptions inference_options(const CommonArgs& args, const std::string& weights, const char* command) {
+  baton::AssemblyOptions options;
   options.write_run_dir = false;
   options.quiet = true;
   options.eval_weights = weights;
@@ -123,12 +123,12 @@ baton::RunOptions inference_options(const CommonArgs& args, const std::string& w
 int run_train(const CommonArgs& args, const std::string& resume, bool trace, bool quiet) {
   if (!resume.empty() && resume != "auto") require_checkpoint_folder("--resume", resume);
   baton::RunConfig config = load(args);
-  baton::RunOptions options;
+  baton::AssemblyOptions options;
   options.resume = resume;
   options.trace = trace;
   options.quiet = quiet;
   options.allow_insecure_plugins = args.allow_insecure;
-  auto run = baton::build_run(config, options);
+  auto run = baton::assemble_run(config, options);
   auto& logger = run->trainer->logger();
   logger.info("baton: run folder " + run->run_dir + ", " + std::to_string(config.settings.batch_size) +
               " per batch, max_duration " + config.settings.max_duration.str());
@@ -162,13 +162,13 @@ int run_check(const CommonArgs& args, bool print) {
   // The run as train would build it (the data is loaded), writing nothing: a bad key of any component is found
   // here, and the plugins' init checks what they can know before a run (the metrics they watch, the model
   // against the batches they make).
-  baton::RunOptions options;
+  baton::AssemblyOptions options;
   options.write_run_dir = false;
   options.quiet = true;
   options.allow_insecure_plugins = args.allow_insecure;
-  std::unique_ptr<baton::Run> run;
+  std::unique_ptr<baton::Assembly> run;
   try {
-    run = baton::build_run(config, options);
+    run = baton::assemble_run(config, options);
   } catch (const baton::PluginEntryError& e) {
     // For `check` every problem found in the configuration, a plugin it names included, is a usage error.
     throw e.as_config_error();
@@ -188,7 +188,7 @@ int run_check(const CommonArgs& args, bool print) {
 int run_eval(const CommonArgs& args, const std::string& checkpoint, const std::string& weights) {
   require_checkpoint_folder("--checkpoint", checkpoint);
   baton::RunConfig config = load(args);
-  auto run = baton::build_run(config, inference_options(args, weights, "evaluation"));
+  auto run = baton::assemble_run(config, inference_options(args, weights, "evaluation"));
   auto results = run->trainer->evaluate_standalone(checkpoint);
   // Every rank evaluates its share and holds the same reduced results: rank 0 prints them.
   if (run->trainer->options().rank != 0) return 0;
@@ -212,7 +212,7 @@ struct PredictArgs {
 int run_predict(const CommonArgs& args, const PredictArgs& predict) {
   require_checkpoint_folder("--checkpoint", predict.checkpoint);
   baton::RunConfig config = load(args);
-  auto run = baton::build_run(config, inference_options(args, predict.weights, "prediction"));
+  auto run = baton::assemble_run(config, inference_options(args, predict.weights, "prediction"));
   const baton::Dataset& data = predict.dataset == "train" ? run->trainer->train_set() : run->trainer->eval_set();
   baton::PredictResult result = run->trainer->predict(data, predict.checkpoint);
   if (run->trainer->options().rank != 0) return 0;

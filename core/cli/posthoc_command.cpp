@@ -15,7 +15,7 @@
 #include "baton/safetensors.h"
 #include "config/config.h"
 #include "logging/eval_plot.h"
-#include "trainer/run.h"
+#include "cli/assembly.h"
 
 namespace fs = std::filesystem;
 
@@ -75,10 +75,10 @@ struct SweepRow {
 };
 
 // A trainer evaluates once (its plugins are closed after), so each width gets a run of its own.
-SweepRow evaluate(const RunConfig& config, const RunOptions& options, const posthoc::SnapshotSet& snapshots,
+SweepRow evaluate(const RunConfig& config, const AssemblyOptions& options, const posthoc::SnapshotSet& snapshots,
                   double sigma_rel) {
   auto result = posthoc::synthesise(snapshots, sigma_rel);
-  auto run = build_run(config, options);
+  auto run = assemble_run(config, options);
   load_into(run->trainer->model(), result.tensors);
   for (const auto& eval : run->trainer->evaluate_standalone())
     if (eval.label == "eval" && eval.set.empty()) return {sigma_rel, eval};
@@ -91,7 +91,7 @@ int sweep(const PosthocArgs& args) {
   for (double target : targets) posthoc::check_target(snapshots, target);  // fail before any evaluation
   std::vector<Override> overrides;
   for (const auto& s : args.sets) overrides.push_back(Override::parse(s));
-  RunOptions options;
+  AssemblyOptions options;
   options.write_run_dir = false;
   options.quiet = true;
   options.allow_insecure_plugins = args.allow_insecure;

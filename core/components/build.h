@@ -1,5 +1,5 @@
 #pragma once
-// Building a run-config section's component through its registry, the one way every kind is built (run.cpp, and
+// Building a run-config section's component through its registry, the one way every kind is built (cli/assembly.cpp, and
 // the tests of each kind's keys).
 #include <exception>
 #include <string>

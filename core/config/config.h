@@ -24,7 +24,7 @@ struct RunSection {
 };
 
 /// A section that names a registered component (baton/components.h) and holds its keys: `name` selects the
-/// factory, which reads the rest of the table through `config` when the run is built (build_run): its own keys,
+/// factory, which reads the rest of the table through `config` when the run is built (assemble_run, cli/assembly.h): its own keys,
 /// types, ranges and unknown keys are checked there, with the same file:line:key errors.
 struct ComponentSection {
   std::string name;

@@ -20,6 +20,7 @@
 #include "baton/dataset.h"
 #include "baton/export.h"
 #include "baton/logger_destination.h"
+#include "baton/metric.h"
 #include "baton/model.h"
 #include "baton/plugin.h"
 #include "baton/plugin_config.h"
@@ -45,54 +46,11 @@ struct BATON_API DatasetSplits {
   std::shared_ptr<Dataset> eval;
 };
 
-/// Which output and which batch field a loss or metric of one tensor against another compares (Composer's
-/// `input_key`/`target_key` idea): the built-in losses and metrics read them from their config tables as `output`
-/// (default: the model's main output) and `target` (default "targets").
-struct BATON_API FieldKeys {
-  std::string output;               // empty: Outputs::main()
-  std::string target = "targets";
-
-  const at::Tensor& output_of(const Outputs& outputs) const;
-  const at::Tensor& target_of(const Batch& batch) const;
-  /// Reads the keys `output` and `target` of a component's config table.
-  static FieldKeys from(const PluginConfig& config);
-};
-
 /// A loss of one output against one field, written on the two tensors: the form of most losses.
 BATON_API LossFunction tensor_loss(FieldKeys keys,
                                    std::function<at::Tensor(const at::Tensor& outputs, const at::Tensor& targets)> fn);
 /// The learning-rate multiplier (of the optimizer's configured lr) at a point of training.
 using LrSchedule = std::function<double(const Progress& progress)>;
-
-/// An evaluation metric kept as running sums, so that data-parallel ranks combine exactly: the evaluator adds
-/// every rank's sums() element-wise and hands the totals to compute() (a mean of ranks' means would weigh a rank
-/// with fewer samples wrongly, and an R² or F1 is no mean at all).
-class BATON_API Metric {
- public:
-  virtual ~Metric();
-  /// Adds one batch: the outputs as the model gave them (its evaluation form's) and the batch as the dataset gave
-  /// it (targets as class indices, class probabilities after label smoothing or MixUp, or values), on the model's
-  /// device.
-  virtual void update(const Outputs& outputs, const Batch& batch) = 0;
-  /// The running sums; always the same number of them.
-  virtual std::vector<double> sums() const = 0;
-  /// The metric from sums (this rank's, or every rank's added up).
-  virtual double compute(const std::vector<double>& sums) const = 0;
-  virtual void reset() = 0;
-  /// Larger is better (accuracy, r2) or smaller is (mae, rmse): what checkpoint selection and stoppers assume.
-  virtual bool higher_is_better() const = 0;
-};
-
-/// A metric of one output against one batch field (FieldKeys): implement update_tensors. The built-ins are these.
-class BATON_API TensorMetric : public Metric {
- public:
-  ~TensorMetric() override;
-  void update(const Outputs& outputs, const Batch& batch) final;
-  /// One batch's output (keys.output) against its field (keys.target).
-  virtual void update_tensors(const at::Tensor& outputs, const at::Tensor& targets) = 0;
-
-  FieldKeys keys;
-};
 
 using ModelFactory = std::function<Model(const PluginConfig& config, const DataSpec& data)>;
 using DatasetFactory = std::function<DatasetSplits(const PluginConfig& config, const DatasetContext& context)>;

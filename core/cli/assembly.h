@@ -1,6 +1,7 @@
 #pragma once
-// Builds a complete run from a RunConfig: data, model, optimizer, learning-rate schedule, plugins and the trainer.
-// Used by the CLI's train, eval and check commands.
+// The composition root of the command line: assembles a complete run from a RunConfig (plugins, data, model,
+// optimizer, learning-rate schedule, loss, metrics, loggers and the trainer), for the CLI's train, eval, predict,
+// check and posthoc commands. A program that embeds baton builds these itself and hands them to the Trainer.
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 
 namespace baton {
 
-struct RunOptions {
+struct AssemblyOptions {
   std::string resume;           // "", "auto" or a checkpoint folder
   bool trace = false;
   bool quiet = false;
@@ -21,7 +22,7 @@ struct RunOptions {
   const char* standalone = "evaluation";  // what eval_weights is for, in its errors: "evaluation", "prediction"
 };
 
-struct Run {
+struct Assembly {
   RunConfig config;
   std::string run_dir;
   std::vector<LoadedPlugin> plugins;  // declared before the trainer: destroyed after it, so libraries outlive objects
@@ -68,11 +69,11 @@ struct BuiltComponents {
 /// own keys (ConfigError at the key: an unknown name, a bad value, a key the component does not read, a missing
 /// dataset folder, data.batch_size above the training samples). The config's plugins must be loaded first
 /// (load_plugins), since a plugin library may register what a section names. `need_train` false skips the
-/// training split (evaluation and prediction). `baton check` and build_run call it, so check refuses what train
+/// training split (evaluation and prediction). `baton check` and assemble_run call it, so check refuses what train
 /// would fail on.
 BuiltComponents build_components(const RunConfig& config, bool need_train = true);
 
 /// Builds everything. Throws ConfigError, PluginError or Error with a clear message.
-std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options);
+std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOptions& options);
 
 }  // namespace baton

@@ -1,4 +1,4 @@
-#include "trainer/run.h"
+#include "cli/assembly.h"
 
 #include <dlfcn.h>
 #include <malloc.h>
@@ -251,9 +251,9 @@ static void check_declared_weights(const std::vector<LoadedPlugin>& plugins, con
   check_weight_request(declared.weight_sets(), requested, command);
 }
 
-std::unique_ptr<Run> build_run(const RunConfig& config, const RunOptions& options) {
+std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOptions& options) {
   check_machine(config);
-  auto run = std::make_unique<Run>();
+  auto run = std::make_unique<Assembly>();
   run->config = config;
   // torchrun's variables (set by `baton launch`) make this process one rank of a data-parallel run.
   DistributedEnv env = read_distributed_env();
