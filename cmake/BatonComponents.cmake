@@ -14,6 +14,7 @@ function(baton_component)
   add_library(${target} OBJECT ${C_SOURCES})
   target_include_directories(${target} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/events/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core/sdk/include>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core/include>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/core>)
   target_compile_definitions(${target} PRIVATE BATON_BUILDING_LIBRARY)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The exported ABI is exactly the public headers.
 
-1. No header outside core/include and events/include marks anything BATON_API (the private headers of the
+1. No header outside the public include folders (core/sdk/include: the plugin SDK; core/include: the embedding API
+   and the libraries; events/include) marks anything BATON_API (the private headers of the
    components are libbaton's own business).
 2. Every baton:: symbol that libbaton.so exports (its dynamic symbol table, demangled) belongs to a name declared
    in a public header: the first name after `baton::` (a class, a function, a nested namespace) must appear in the
-   code, comments stripped, of core/include/baton/*.h or events/include/baton/*.h.
+   code, comments stripped, of a public header.
 Exit 0 when both hold; otherwise each offender is listed and the exit status is 1.
 """
 import argparse
@@ -26,7 +27,7 @@ def main():
     parser.add_argument("--source-dir", required=True)
     args = parser.parse_args()
     source = pathlib.Path(args.source_dir)
-    public_dirs = [source / "core" / "include", source / "events" / "include"]
+    public_dirs = [source / "core" / "sdk" / "include", source / "core" / "include", source / "events" / "include"]
 
     failures = []
     for header in sorted((source / "core").rglob("*.h")):

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "baton/error.h"
-#include "checkpoint/file_util.h"
+#include "checkpoint/durable_file.h"
 #include "baton/safetensors.h"
 
 namespace fs = std::filesystem;

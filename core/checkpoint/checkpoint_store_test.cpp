@@ -19,7 +19,7 @@
 
 #include "baton/error.h"
 #include "checkpoint/checkpoint_store.h"
-#include "checkpoint/file_util.h"
+#include "checkpoint/durable_file.h"
 #include "baton/safetensors.h"
 
 namespace fs = std::filesystem;

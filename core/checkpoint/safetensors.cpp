@@ -20,7 +20,7 @@
 
 #include "baton/text.h"
 #include "baton/model_tensors.h"
-#include "checkpoint/file_util.h"
+#include "checkpoint/durable_file.h"
 #include "checkpoint/safetensors_file.h"
 
 // The format stores little-endian bytes and tensors are written straight from memory.

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "config/config_parts.h"
-#include "config/toml_node.h"
+#include "sdk/toml_node.h"
 
 namespace baton {
 

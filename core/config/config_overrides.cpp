@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "config/config_parts.h"
-#include "config/toml_node.h"
-#include "config/words.h"
+#include "sdk/toml_node.h"
+#include "sdk/words.h"
 #include "sdk/nearest.h"
 
 namespace baton::config_parts {

@@ -10,7 +10,7 @@
 #include "config/config.h"
 #include "config/config_test_support.h"
 #include "config/settings_table.h"
-#include "config/toml_node.h"
+#include "sdk/toml_node.h"
 
 // ConfigError, Override, RunConfig, Time, TimeUnit and the helpers.
 using namespace baton::config_test;

@@ -12,7 +12,7 @@
 
 #include "config/config_parts.h"
 #include "config/settings_table.h"
-#include "config/toml_node.h"
+#include "sdk/toml_node.h"
 
 namespace baton::config_parts {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config/settings_table.h"
-#include "config/words.h"
+#include "sdk/words.h"
 
 namespace baton {
 namespace {

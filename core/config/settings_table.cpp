@@ -3,7 +3,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "config/words.h"
+#include "sdk/words.h"
 
 namespace baton::settings_table {
 namespace {

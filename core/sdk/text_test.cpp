@@ -72,4 +72,19 @@ TEST_SUITE("text") {
     const std::int64_t sizes[] = {3, 0};
     CHECK(baton::format_shape(sizes, 2) == "[3, 0]");
   }
+
+  TEST_CASE("glob_match: '*' any run (dots included), '?' one character, as Python's fnmatchcase without brackets") {
+    using baton::glob_match;
+    CHECK(glob_match("*.bias", "features.0.bias"));
+    CHECK(glob_match("*norm*", "layer_norm.weight"));
+    CHECK(glob_match("fc?", "fc1"));
+    CHECK_FALSE(glob_match("fc?", "fc10"));
+    CHECK(glob_match("a*b*c", "aXXbYYbZc"));  // the first 'b' is not the one: backtracks to the last star
+    CHECK_FALSE(glob_match("a*b*c", "aXXbYYbZ"));
+    CHECK_FALSE(glob_match("classifier.*", "classifier"));  // the dot is literal
+    CHECK(glob_match("*", ""));
+    CHECK(glob_match("", ""));
+    CHECK_FALSE(glob_match("", "x"));
+    CHECK_FALSE(glob_match("?*", ""));
+  }
 }

@@ -14,6 +14,7 @@
 
 #include "baton/error.h"
 #include "baton/export.h"
+#include "baton/model_tensors.h"  // NamedTensors
 #include "baton/state_dict.h"
 
 namespace torch::nn {
@@ -21,8 +22,6 @@ class Module;
 }
 
 namespace baton {
-
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct BATON_API FileDigest {
   std::uint64_t bytes = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "baton/export.h"
+#include "baton/mix64.h"  // kDefaultSeed
 #include "baton/time.h"
 
 namespace baton {
@@ -23,9 +24,6 @@ enum class Precision { fp32, amp_bf16, amp_fp16 };
 BATON_API const char* precision_name(Precision precision);
 /// The precision named `name`; none for any other text.
 BATON_API std::optional<Precision> precision_from_name(std::string_view name);
-
-/// The seed of a run that names none: data order, model initialisation, datasets that draw.
-inline constexpr std::uint64_t kDefaultSeed = 42;
 
 struct TrainerSettings {
   Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp; > 0

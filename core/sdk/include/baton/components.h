@@ -21,11 +21,11 @@
 #include "baton/export.h"
 #include "baton/logger_destination.h"
 #include "baton/metric.h"
+#include "baton/mix64.h"  // kDefaultSeed
 #include "baton/model.h"
 #include "baton/plugin.h"
 #include "baton/plugin_config.h"
 #include "baton/registry.h"
-#include "baton/settings.h"
 #include "baton/time.h"
 
 namespace torch::optim {

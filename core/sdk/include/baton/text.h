@@ -1,10 +1,12 @@
 #pragma once
-// Numbers and shapes as baton writes them in messages, logs and files: one way each, for the core and plugins alike.
+// Numbers and shapes as baton writes them in messages, logs and files: one way each, for the core and plugins alike;
+// and the one way a config's name pattern matches a tensor's or metric's name.
 // No LibTorch: format_shape takes any container of sizes with data() and size() (a std::vector<int64_t>,
 // at::IntArrayRef).
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "baton/export.h"
 
@@ -32,5 +34,9 @@ template <class Sizes>
 std::string format_shape(const Sizes& sizes) {
   return format_shape(sizes.data(), sizes.size());
 }
+
+/// Whether `name` matches the glob `pattern`: '*' matches any run of characters (dots included), '?' exactly one,
+/// everything else itself. glob_match("*.bias", "features.0.bias") is true, glob_match("fc?", "fc10") false.
+BATON_API bool glob_match(std::string_view pattern, std::string_view name);
 
 }  // namespace baton

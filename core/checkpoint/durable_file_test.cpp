@@ -8,7 +8,7 @@
 #include <string>
 
 #include "baton/error.h"
-#include "checkpoint/file_util.h"
+#include "checkpoint/durable_file.h"
 
 namespace fs = std::filesystem;
 
@@ -16,8 +16,8 @@ using baton::test::read_bytes;
 using baton::test::write_bytes;
 
 TEST_SUITE("checkpoint") {
-  TEST_CASE("file_util: write_file_atomic creates and replaces, leaving no temporary") {
-    auto dir = baton::test::scratch_dir("file_util_atomic");
+  TEST_CASE("durable_file: write_file_atomic creates and replaces, leaving no temporary") {
+    auto dir = baton::test::scratch_dir("durable_file_atomic");
     const auto path = (dir / "a.txt").string();
     baton::write_file_atomic(path, "first");
     CHECK(baton::read_text_file(path) == "first");
@@ -28,8 +28,8 @@ TEST_SUITE("checkpoint") {
                          doctest::Contains("no/b.txt.tmp"), baton::Error);
   }
 
-  TEST_CASE("file_util: rename_durably moves files and folders into place and cleans up when it cannot") {
-    auto dir = baton::test::scratch_dir("file_util_rename");
+  TEST_CASE("durable_file: rename_durably moves files and folders into place and cleans up when it cannot") {
+    auto dir = baton::test::scratch_dir("durable_file_rename");
     const auto target = (dir / "t.txt").string();
     baton::write_file_atomic(target, "old");
     baton::write_file_atomic((dir / "new.txt").string(), "new");
@@ -47,8 +47,8 @@ TEST_SUITE("checkpoint") {
     CHECK(baton::read_text_file(target) == "new");
   }
 
-  TEST_CASE("file_util: crc32_of_file matches the standard check value and zlib over large files") {
-    auto dir = baton::test::scratch_dir("file_util_crc");
+  TEST_CASE("durable_file: crc32_of_file matches the standard check value and zlib over large files") {
+    auto dir = baton::test::scratch_dir("durable_file_crc");
     baton::write_file_atomic((dir / "check").string(), "123456789");
     CHECK(baton::crc32_of_file((dir / "check").string()) == 0xCBF43926u);  // the CRC-32 check value
     baton::write_file_atomic((dir / "empty").string(), "");
@@ -62,8 +62,8 @@ TEST_SUITE("checkpoint") {
     CHECK_THROWS_WITH_AS(baton::crc32_of_file((dir / "missing").string()), doctest::Contains("missing"), baton::Error);
   }
 
-  TEST_CASE("file_util: DurableFileWriter counts bytes and crc32 as it writes") {
-    auto dir = baton::test::scratch_dir("file_util_writer");
+  TEST_CASE("durable_file: DurableFileWriter counts bytes and crc32 as it writes") {
+    auto dir = baton::test::scratch_dir("durable_file_writer");
     const auto path = (dir / "w.bin").string();
     baton::DurableFileWriter writer(path);
     writer.write("12345", 5);
@@ -75,8 +75,8 @@ TEST_SUITE("checkpoint") {
     CHECK_THROWS_AS(writer.write("x", 1), baton::Error);
   }
 
-  TEST_CASE("file_util: errors name the path") {
-    auto dir = baton::test::scratch_dir("file_util_errors");
+  TEST_CASE("durable_file: errors name the path") {
+    auto dir = baton::test::scratch_dir("durable_file_errors");
     const auto missing = (dir / "nothing-here").string();
     CHECK_THROWS_WITH_AS(baton::read_text_file(missing), doctest::Contains(missing.c_str()), baton::Error);
     CHECK_THROWS_WITH_AS(baton::fsync_path(missing), doctest::Contains(missing.c_str()), baton::Error);

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <limits>
 
-#include "config/toml_node.h"
+#include "sdk/toml_node.h"
 
 namespace baton::toml_detail {
 namespace {

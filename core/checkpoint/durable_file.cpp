@@ -1,4 +1,4 @@
-#include "checkpoint/file_util.h"
+#include "checkpoint/durable_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

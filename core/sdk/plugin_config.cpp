@@ -6,8 +6,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "config/toml_node.h"
-#include "config/words.h"
+#include "sdk/toml_node.h"
+#include "sdk/words.h"
 
 namespace baton {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "baton/text.h"
-#include "config/toml_node.h"
+#include "sdk/toml_node.h"
 
 namespace baton::toml_detail {
 namespace {

@@ -3,18 +3,21 @@
 // all agree on names and order: every parameter, then every buffer, each in registration order, under its dotted
 // name ("features.0.weight"). Undefined tensors (an optional bias left out) are skipped.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "baton/export.h"
-#include "baton/safetensors.h"
 
 namespace torch::nn {
 class Module;
 }
 
 namespace baton {
+
+/// Tensors under their names, in order: a module's (below), a safetensors file's (baton/safetensors.h).
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct ModelTensor {
   std::string name;

@@ -1,0 +1,224 @@
+#include "ema/ema_impl.h"
+
+#include <algorithm>
+#include <optional>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <torch/nn/module.h>
+
+#include "baton/model_tensors.h"
+
+namespace baton {
+namespace {
+
+using ema_kernel::Element;
+
+std::optional<Element> float_element(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return Element::f32;
+    case at::kDouble: return Element::f64;
+    case at::kBFloat16: return Element::bf16;
+    case at::kHalf: return Element::f16;
+    default: return std::nullopt;
+  }
+}
+
+// The fused CPU kernel handles dense host tensors; everything else (other devices, strided weights) takes the
+// LibTorch path.
+std::optional<ema_kernel::Task> kernel_task(const at::Tensor& ema, const at::Tensor& weight, bool average) {
+  if (!ema.is_cpu() || !weight.is_cpu() || !ema.is_contiguous() || !weight.is_contiguous()) return std::nullopt;
+  if (!average && ema.scalar_type() == weight.scalar_type())
+    return ema_kernel::Task{ema.data_ptr(), weight.data_ptr(), static_cast<std::int64_t>(ema.nbytes()),
+                            Element::bytes, Element::bytes, true};
+  const auto e = float_element(ema.scalar_type()), w = float_element(weight.scalar_type());
+  if (!e || !w) return std::nullopt;
+  return ema_kernel::Task{ema.data_ptr(), weight.data_ptr(), ema.numel(), *e, *w, !average};
+}
+
+// Device-side update with LibTorch ops: queued on the tensors' stream, no host synchronisation (a host EMA of a
+// device weight necessarily waits for its copy).
+void op_update(at::Tensor& ema, const at::Tensor& weight, bool average, double smoothing) {
+  const bool non_blocking = !ema.is_cpu();
+  if (!average || smoothing == 0.0) {
+    ema.copy_(weight, non_blocking);
+  } else if (ema.device() == weight.device() && ema.scalar_type() == weight.scalar_type()) {
+    ema.lerp_(weight, 1.0 - smoothing);
+  } else {
+    ema.lerp_(weight.to(ema.device(), ema.scalar_type(), non_blocking), 1.0 - smoothing);
+  }
+}
+
+}  // namespace
+
+void check_ema_smoothing(double smoothing) {
+  if (!(smoothing >= 0.0 && smoothing <= 1.0))
+    throw Error("EMA: smoothing must lie in [0, 1], got " + format_number(smoothing));
+}
+
+c10::Device parse_ema_device(const std::string& device) {
+  try {
+    return c10::Device(device);
+  } catch (const std::exception&) {
+    throw Error("EMA: unknown device '" + device + "' (expected \"cpu\", \"cuda\", \"cuda:0\", ...)");
+  }
+}
+
+void ExponentialMovingAverage::Impl::make_shard(const std::vector<at::Tensor>& weights) {
+  const int rank = options.shard_over->rank(), world = options.shard_over->world_size();
+  shard = Shard();
+  std::optional<at::ScalarType> dtype;
+  c10::Device device(c10::kCPU);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    if (!e.in_shard) continue;
+    e.offset = shard.total;
+    shard.total += e.numel();
+    // One buffer needs one dtype: mixed dtypes share the wider one (each tensor converts back when gathered).
+    dtype = dtype ? at::promote_types(*dtype, e.dtype) : e.dtype;
+    if (shard.total == e.numel()) device = average_device(weights[i]);
+  }
+  shard.chunk = (shard.total + world - 1) / world;
+  shard.begin = std::min(shard.total, shard.chunk * rank);
+  shard.end = std::min(shard.total, shard.begin + shard.chunk);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (!e.in_shard) continue;
+    const std::int64_t lo = std::max(shard.begin, e.offset), hi = std::min(shard.end, e.offset + e.numel());
+    if (lo < hi) shard.segments.push_back(Shard::Segment{i, lo - e.offset, lo - shard.begin, hi - lo});
+  }
+  shard.data = at::empty({shard.chunk}, at::TensorOptions().dtype(dtype.value_or(at::kFloat)).device(device));
+  if (shard.end - shard.begin < shard.chunk) shard.data.slice(0, shard.end - shard.begin).zero_();
+  for (const auto& s : shard.segments) shard.view(s).copy_(Shard::piece(weights[s.entry], s));
+}
+
+at::Tensor ExponentialMovingAverage::Impl::gather() const {
+  if (shard.total == 0) return shard.data;
+  // On the backend's device (NCCL: the rank's GPU), wherever the EMA lives (device = "cpu" offloads it).
+  const c10::Device backend(options.shard_over->device());
+  if (shard.data.device() == backend) return options.shard_over->all_gather(shard.data);
+  return options.shard_over->all_gather(shard.data.to(backend)).to(shard.data.device());
+}
+
+std::vector<at::Tensor> ExponentialMovingAverage::Impl::align(const torch::nn::Module& model) const {
+  std::vector<at::Tensor> out(entries.size());
+  std::size_t next = 0, found = 0;
+  for (auto& [name, tensor, parameter] : model_tensors(model)) {
+    std::size_t i = next;
+    if (i >= entries.size() || entries[i].name != name) {
+      auto it = index.find(name);
+      if (it == index.end())
+        throw Error("EMA: the model has a tensor '" + name +
+                    "' that the EMA does not hold (was the EMA built from another model? call reset(model))");
+      i = it->second;
+    }
+    const at::IntArrayRef expected = entries[i].shape;
+    if (tensor.sizes() != expected)
+      throw Error("EMA: tensor '" + name + "' has shape " + format_shape(tensor.sizes()) + " in the model but " +
+                  format_shape(expected) + " in the EMA");
+    out[i] = std::move(tensor);
+    ++found;
+    next = i + 1;
+  }
+  if (found != entries.size())
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      if (!out[i].defined())
+        throw Error("EMA: tensor '" + entries[i].name + "' is kept by the EMA but missing from the model");
+  return out;
+}
+
+void ExponentialMovingAverage::Impl::update(const torch::nn::Module& model, double smoothing) {
+  check_ema_smoothing(smoothing);
+  require_initialized("update");
+  require_not_swapped("update");
+  const auto weights = align(model);
+  at::NoGradGuard no_grad;
+  // A sharded EMA updates the segments of its slice exactly as a whole one updates whole tensors (the same
+  // kernel, element by element), so both give bitwise the same average; no rank talks to another.
+  std::vector<ema_kernel::Task> tasks;
+  struct Other {  // updated with LibTorch ops
+    at::Tensor average, weight;
+    bool averaged;
+  };
+  std::vector<Other> others;
+  tasks.reserve(entries.size() + shard.segments.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.in_shard) continue;
+    if (auto task = kernel_task(e.ema, weights[i], e.averaged))
+      tasks.push_back(*task);
+    else
+      others.push_back({e.ema, weights[i], e.averaged});
+  }
+  for (const auto& s : shard.segments) {
+    const Entry& e = entries[s.entry];
+    at::Tensor average = shard.view(s);
+    // A strided weight's piece is a temporary copy: the plan must not keep its address.
+    at::Tensor weight = Shard::piece(weights[s.entry], s);
+    std::optional<ema_kernel::Task> task;
+    if (weights[s.entry].is_contiguous()) task = kernel_task(average, weight, e.averaged);
+    if (task)
+      tasks.push_back(*task);
+    else
+      others.push_back({average, weight, e.averaged});
+  }
+  if (tasks != plan.tasks()) plan = ema_kernel::Plan(std::move(tasks));
+  plan.run(smoothing, options.threads);
+  for (auto& other : others) op_update(other.average, other.weight, other.averaged, smoothing);
+}
+
+void ExponentialMovingAverage::Impl::swap_in(const std::vector<at::Tensor>& weights) {
+  // Backups first: if one cannot be allocated, nothing has changed yet.
+  std::vector<at::Tensor> backups(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (!exchangeable(entries[i].ema, weights[i]))
+      backups[i] = weights[i].detach().to(entries[i].ema.device(), weights[i].scalar_type(),
+                                          /*non_blocking=*/false, /*copy=*/true);
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    Entry& e = entries[i];
+    const at::Tensor& weight = weights[i];
+    if (backups[i].defined()) {
+      e.stash = std::move(backups[i]);
+      weight.detach().copy_(e.ema, /*non_blocking=*/!e.ema.is_cpu());
+    } else {
+      // The parameter keeps its TensorImpl (its grad, and optimizer state keyed by it); only its data changes.
+      e.stash = weight.variable_data();
+      weight.set_data(e.ema);
+      e.holder = weight;
+      e.ema = at::Tensor();
+    }
+  }
+}
+
+void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& weights) {
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].holder.defined() && weights[i].unsafeGetTensorImpl() != entries[i].holder.unsafeGetTensorImpl())
+      throw Error("EMA: swap back needs the model the EMA was swapped into, but tensor '" + entries[i].name +
+                  "' is a different tensor");
+  // In reverse order: a tensor kept under two names (tied weights) is unwound last-in, first-out.
+  for (std::size_t i = entries.size(); i-- > 0;) {
+    Entry& e = entries[i];
+    const at::Tensor& weight = weights[i];
+    if (e.holder.defined()) {
+      e.ema = weight.variable_data();
+      weight.set_data(e.stash);
+      e.holder = at::Tensor();
+    } else {
+      weight.detach().copy_(e.stash, /*non_blocking=*/false);
+    }
+    e.stash = at::Tensor();
+  }
+}
+
+void ExponentialMovingAverage::Impl::gather_for_swap() {
+  const at::Tensor flat = gather();
+  for (auto& e : entries)
+    if (e.in_shard) e.ema = unflatten(flat, e);
+}
+
+void ExponentialMovingAverage::Impl::release_gathered() {
+  for (auto& e : entries)
+    if (e.in_shard) e.ema = at::Tensor();
+}
+
+}  // namespace baton

@@ -1,0 +1,160 @@
+#pragma once
+// The ExponentialMovingAverage's state (private to core/ema): its entries, one per model tensor, and for a sharded
+// EMA this rank's slice of them. ema.cpp implements the public class on it; ema_impl.cpp the work on tensors
+// (alignment with a model, the update, the swap, the shard's layout and gather).
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "baton/communicator.h"
+#include "baton/ema.h"
+#include "baton/error.h"
+#include "baton/text.h"  // glob_match
+#include "ema/ema_kernel.h"
+
+namespace baton {
+
+/// Throws unless 0 <= smoothing <= 1.
+void check_ema_smoothing(double smoothing);
+/// The device named `device` ("cpu", "cuda:1"), or an error naming the text.
+c10::Device parse_ema_device(const std::string& device);
+
+struct ExponentialMovingAverage::Impl {
+  struct Entry {
+    std::string name;
+    bool averaged = false;
+    std::vector<std::int64_t> shape;
+    at::ScalarType dtype = at::kFloat;  // of the average
+    // Sharded: the tensor is a range of the flattened EMA, of which this rank holds a slice; `ema` is then only
+    // defined while the whole EMA is gathered for a swap.
+    bool in_shard = false;
+    std::int64_t offset = 0;  // in the flattened EMA
+    at::Tensor ema;     // the average; undefined while its storage is exchanged into the model
+    at::Tensor stash;   // while swapped: the raw weights (their storage, or a backup copy)
+    at::Tensor holder;  // while swapped by exchange: the model tensor that now holds the EMA's storage
+    std::int64_t numel() const {
+      std::int64_t n = 1;
+      for (auto d : shape) n *= d;
+      return n;
+    }
+  };
+
+  // This rank's contiguous slice [begin, end) of the flattened floating-point tensors of a sharded EMA. Every rank's
+  // slice is `chunk` long (the last one padded) so that one allgather joins them.
+  struct Shard {
+    struct Segment {  // where one tensor overlaps the slice
+      std::size_t entry;
+      std::int64_t in_tensor;
+      std::int64_t in_shard;
+      std::int64_t length;
+    };
+    at::Tensor data;
+    std::int64_t total = 0, chunk = 0, begin = 0, end = 0;
+    std::vector<Segment> segments;
+
+    at::Tensor view(const Segment& s) const { return data.slice(0, s.in_shard, s.in_shard + s.length); }
+    static at::Tensor piece(const at::Tensor& tensor, const Segment& s) {
+      return tensor.detach().reshape({-1}).slice(0, s.in_tensor, s.in_tensor + s.length);
+    }
+  };
+
+  EmaOptions options;
+  std::vector<Entry> entries;
+  std::unordered_map<std::string, std::size_t> index;
+  bool initialized = false;
+  bool swapped = false;
+  ema_kernel::Plan plan;
+  Shard shard;
+
+  bool sharded() const { return options.shard_over != nullptr; }
+
+  static at::Tensor current(const Entry& entry) {
+    return entry.holder.defined() ? entry.holder.variable_data() : entry.ema;
+  }
+
+  // Whether an entry's average is at hand on this rank (not only a slice of it).
+  static bool whole(const Entry& entry) { return entry.ema.defined() || entry.holder.defined(); }
+
+  const Entry& entry(const std::string& name) const {
+    auto it = index.find(name);
+    if (it == index.end()) throw Error("EMA: no tensor named '" + name + "' (the EMA holds " +
+                                       std::to_string(entries.size()) + " tensors of the model)");
+    return entries[it->second];
+  }
+
+  void require_initialized(const char* action) const {
+    if (!initialized)
+      throw Error(std::string("EMA: ") + action +
+                  " needs an initialised EMA: construct it from the model or call reset(model) first");
+  }
+
+  void require_not_swapped(const char* action) const {
+    if (swapped)
+      throw Error(std::string("EMA: cannot ") + action +
+                  " while the model holds the EMA weights: call swap(model) again to put the raw weights back first");
+  }
+
+  bool averages(const std::string& name, const at::Tensor& tensor, bool parameter) const {
+    if (!tensor.is_floating_point()) return false;
+    if (!parameter && options.buffers == EmaBuffers::copy) return false;
+    for (const auto& pattern : options.exclude)
+      if (glob_match(pattern, name)) return false;
+    return true;
+  }
+
+  at::ScalarType average_dtype(const at::Tensor& weight, bool averaged) const {
+    at::ScalarType dtype = weight.scalar_type();
+    if (averaged && options.float32 && (dtype == at::kBFloat16 || dtype == at::kHalf)) dtype = at::kFloat;
+    return dtype;
+  }
+
+  c10::Device average_device(const at::Tensor& weight) const {
+    return options.device.empty() ? weight.device() : parse_ema_device(options.device);
+  }
+
+  at::Tensor make_average(const at::Tensor& weight, bool averaged) const {
+    return weight.detach().to(average_device(weight), average_dtype(weight, averaged), /*non_blocking=*/false,
+                              /*copy=*/true, at::MemoryFormat::Contiguous);
+  }
+
+  // Lays the floating-point entries end to end and takes this rank's slice of them, filled from `weights`.
+  void make_shard(const std::vector<at::Tensor>& weights);
+
+  // The whole flattened EMA (a collective: every rank's slice, in rank order).
+  at::Tensor gather() const;
+
+  static at::Tensor unflatten(const at::Tensor& flat, const Entry& e) {
+    return flat.slice(0, e.offset, e.offset + e.numel()).view(e.shape).to(e.dtype);
+  }
+
+  // Every entry's average as a tensor: a view of `flat` (the gathered EMA) for sharded entries not swapped in.
+  at::Tensor average_of(const Entry& e, const at::Tensor& flat) const {
+    return whole(e) ? current(e) : unflatten(flat, e);
+  }
+
+  // The model's tensors in the EMA's order, checked name by name and shape by shape.
+  std::vector<at::Tensor> align(const torch::nn::Module& model) const;
+
+  void update(const torch::nn::Module& model, double smoothing);
+
+  static bool exchangeable(const at::Tensor& ema, const at::Tensor& weight) {
+    return ema.scalar_type() == weight.scalar_type() && ema.device() == weight.device() &&
+           ema.layout() == weight.layout();
+  }
+
+  void swap_in(const std::vector<at::Tensor>& weights);
+
+  void swap_out(const std::vector<at::Tensor>& weights);
+
+  // Sharded: the whole EMA for a swap, as views of one gathered buffer, and its release after.
+  void gather_for_swap();
+
+  void release_gathered();
+};
+
+
+}  // namespace baton
