@@ -7,6 +7,11 @@
 // backend directly, so it holds the concrete group through whichever base class it has; both expose the same
 // collectives (allreduce, broadcast, allgather, barrier) with the same options structs.
 //
+// The reduce-scatter's two building blocks keep one name and signature from 1.13 on: alltoall_base (Gloo and NCCL)
+// and _reduce_scatter_base (NCCL; Gloo's throws on 1.13 and all-reduces on 2.x, so baton does not call Gloo's).
+// PyTorch's newest Backend adds all_to_all_single and reduce_scatter_single and keeps the old names as forwarding
+// virtuals, so calls through the old names reach either override.
+//
 // LibTorch 2.4 also made the TCPStore serve through libuv by default, and a LibTorch built without libuv (Debian's
 // 2.6) then refuses to create one at all ("use_libuv was requested but PyTorch was build without libuv support").
 // baton asks for the plain-socket store, which every version has; it serves a rendezvous of a few hundred ranks

@@ -5,6 +5,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
@@ -21,6 +22,12 @@
 
 namespace baton {
 namespace {
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text + "]";
+}
 
 std::string seconds_text(std::chrono::milliseconds timeout) {
   return std::to_string(timeout.count() / 1000) + " s";
@@ -96,6 +103,7 @@ struct Communicator::Impl {
   std::chrono::milliseconds timeout{0};
   c10::Device device{c10::kCPU};  // where the collectives' own tensors (sums, flags) live: NCCL reduces on the GPU
   std::int64_t collectives = 0;
+  bool nccl = false;  // the group is NCCL's (it has a native reduce-scatter), else Gloo's
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d_compat::Group> group;  // the one backend this process uses
 
@@ -205,6 +213,7 @@ std::shared_ptr<Communicator> Communicator::connect(const DistributedEnv& env, c
                   std::to_string(env.local_rank) + ": " + message_of(e));
     }
     impl->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    impl->nccl = true;
     return std::shared_ptr<Communicator>(new Communicator(std::move(impl)));
   }
 #endif
@@ -262,6 +271,60 @@ at::Tensor Communicator::all_gather(const at::Tensor& shard) {
   for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(at::empty_like(input));
   impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
   return at::cat(outputs[0]).view(shard.scalar_type());
+}
+
+at::Tensor Communicator::reduce_scatter(const at::Tensor& input, bool mean) {
+  const int world = impl_->world_size;
+  if (input.dim() != 1)
+    throw Error("reduce_scatter: the input must be 1-D (world size " + std::to_string(world) +
+                " x chunk elements), not of shape " + shape_text(input.sizes()) + " (" +
+                std::to_string(input.dim()) + "-D)");
+  const std::int64_t numel = input.numel();
+  if (numel % world != 0)
+    throw Error("reduce_scatter: the input's " + std::to_string(numel) + " elements do not split into " +
+                std::to_string(world) + " equal chunks, one per rank (" + std::to_string(numel) +
+                " is not a multiple of the world size " + std::to_string(world) + ")");
+  const at::ScalarType dtype = input.scalar_type();
+  if (dtype == at::kBool || c10::isComplexType(dtype))
+    throw Error(std::string("reduce_scatter: cannot sum a tensor of dtype ") + c10::toString(dtype));
+  if (mean && !c10::isFloatingType(dtype))
+    throw Error(std::string("reduce_scatter: the mean of an integer tensor (") + c10::toString(dtype) +
+                ") would be truncated; reduce its sum instead");
+  const std::int64_t chunk = numel / world;
+  c10::NoGradGuard no_grad;  // gradients are reduced as values, outside any autograd graph
+  if (chunk == 0) return at::empty({0}, input.options());
+  at::Tensor flat = input.contiguous();
+#ifdef BATON_HAVE_NCCL
+  if (impl_->nccl) {
+    // NCCL's own ring reduce-scatter, named _reduce_scatter_base in every LibTorch baton builds on (see
+    // c10d_compat.h). The mean is the sum divided afterwards, as average() does.
+    at::Tensor out = at::empty({chunk}, input.options());
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    impl_->wait(impl_->group->_reduce_scatter_base(out, flat, options), "reduce_scatter");
+    if (mean) out.div_(static_cast<double>(world));
+    return out;
+  }
+#endif
+  // Gloo has no reduce-scatter of its own worth using (1.13 throws; 2.x all-reduces the whole input, twice the
+  // bytes, and sums only), so: an all-to-all sends chunk j to rank j and brings every rank's chunk r here, then a
+  // local sum. Moved as bytes, since the all-to-all only moves data and Gloo does not take every dtype (bf16);
+  // equal splits (empty split lists) cut the byte view at chunk boundaries because its size is world x chunk x
+  // element size.
+  at::Tensor send = flat.view(at::kByte);
+  at::Tensor received = at::empty_like(send);
+  std::vector<std::int64_t> equal_splits;
+  impl_->wait(impl_->group->alltoall_base(received, send, equal_splits, equal_splits), "reduce_scatter");
+  at::Tensor parts = received.view(dtype).view({world, chunk});
+  // Summed in rank order, one element-wise add per rank: the same rounding on every platform and LibTorch version
+  // (a reduction kernel's order may change between versions). bf16 and half accumulate in fp32 and round once at
+  // the end (the mean too): summing in the narrow type would round after every add, so the result would lose bits
+  // with each rank; fp32 carries 16 more mantissa bits than bf16, so a sum of a few ranks' values rounds only once.
+  const bool narrow = dtype == at::kBFloat16 || dtype == at::kHalf;
+  at::Tensor sum = narrow ? parts[0].to(at::kFloat) : parts[0].clone();
+  for (int r = 1; r < world; ++r) sum.add_(parts[r]);
+  if (mean) sum.div_(static_cast<double>(world));
+  return narrow ? sum.to(dtype) : sum;
 }
 
 std::int64_t Communicator::collectives() const { return impl_->collectives; }

@@ -4,8 +4,10 @@
 #include <map>
 
 #include <ATen/Context.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include "baton/error.h"
 #include "baton/communicator.h"
@@ -13,9 +15,11 @@
 #ifdef BATON_HAVE_NCCL
 #include "distributed/nccl_group.h"
 #endif
+#include "error_text.h"
 #include "loopback_ranks.h"
 
 using namespace baton;
+using baton::test::error_text;
 using baton::test::free_port;
 using baton::test::run_ranks;
 
@@ -26,6 +30,11 @@ DistributedEnv env_of(const std::map<std::string, std::string>& vars) {
     auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
   });
+}
+
+std::vector<double> values_of(const at::Tensor& t) {
+  at::Tensor d = t.to(at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
 std::string env_error(const std::map<std::string, std::string>& vars) {
@@ -186,6 +195,67 @@ TEST_SUITE("distributed") {
       CHECK_FALSE(comm.any(false));
       comm.barrier();
     });
+  }
+
+  TEST_CASE("reduce_scatter over Gloo at 2, 3 and 4 ranks: sums, means, float32 and bfloat16, one collective each") {
+    // Rank r contributes input[i] = i * (r + 1), i in [0, 3W): chunks of 3. Element i summed over the ranks is
+    // i * (1 + 2 + ... + W) = i * W(W+1)/2: i * 3 at W = 2, i * 6 at W = 3, i * 10 at W = 4; the mean is
+    // i * (W+1)/2: i * 1.5, i * 2, i * 2.5. Rank r receives i = 3r, 3r+1, 3r+2. Every value (at most 11 * 10 = 110,
+    // and 27.5 = 11011.1 in binary) has at most 8 significant bits, so bfloat16 holds them exactly.
+    const std::map<int, std::vector<std::vector<double>>> sums{
+        {2, {{0, 3, 6}, {9, 12, 15}}},
+        {3, {{0, 6, 12}, {18, 24, 30}, {36, 42, 48}}},
+        {4, {{0, 10, 20}, {30, 40, 50}, {60, 70, 80}, {90, 100, 110}}}};
+    const std::map<int, std::vector<std::vector<double>>> means{
+        {2, {{0, 1.5, 3}, {4.5, 6, 7.5}}},
+        {3, {{0, 2, 4}, {6, 8, 10}, {12, 14, 16}}},
+        {4, {{0, 2.5, 5}, {7.5, 10, 12.5}, {15, 17.5, 20}, {22.5, 25, 27.5}}}};
+    for (int world : {2, 3, 4}) {
+      CAPTURE(world);
+      run_ranks(world, [&](std::shared_ptr<Communicator> group) {
+        Communicator& comm = *group;
+        const int r = comm.rank();
+        for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+          at::Tensor input = (at::arange(3 * world, at::kFloat) * (r + 1)).to(dtype);
+          const std::int64_t before = comm.collectives();
+          at::Tensor sum = comm.reduce_scatter(input);
+          CHECK(comm.collectives() == before + 1);
+          at::Tensor mean = comm.reduce_scatter(input, true);
+          CHECK(comm.collectives() == before + 2);
+          CHECK((sum.scalar_type() == dtype));
+          CHECK((mean.scalar_type() == dtype));
+          CHECK(values_of(sum) == sums.at(world)[r]);
+          CHECK(values_of(mean) == means.at(world)[r]);
+          CHECK(values_of(input) == values_of((at::arange(3 * world, at::kFloat) * (r + 1))));  // left untouched
+        }
+
+        // bfloat16 accumulates in fp32: at 3 ranks, 256 + 1 + 1 in bf16 steps would be 256 (257 rounds to even,
+        // 256, whose neighbours are 2 apart), while the fp32 sum 258 is itself a bf16 value.
+        if (world == 3) {
+          at::Tensor input = at::full({3}, r == 0 ? 256.0 : 1.0, at::kBFloat16);
+          CHECK(values_of(comm.reduce_scatter(input)) == std::vector<double>{258});
+        }
+
+        // Refused before any communication: no collective counted, the ranks stay in step.
+        const std::int64_t before = comm.collectives();
+        const std::string w = std::to_string(world);
+        const std::string odd = std::to_string(3 * world + 1);
+        CHECK(error_text([&] { comm.reduce_scatter(at::zeros({3 * world + 1})); }) ==
+              "reduce_scatter: the input's " + odd + " elements do not split into " + w +
+                  " equal chunks, one per rank (" + odd + " is not a multiple of the world size " + w + ")");
+        CHECK(error_text([&] { comm.reduce_scatter(at::zeros({world, 3})); }) ==
+              "reduce_scatter: the input must be 1-D (world size " + w + " x chunk elements), not of shape [" + w +
+                  ", 3] (2-D)");
+        CHECK(error_text([&] { comm.reduce_scatter(at::zeros({world}, at::kLong), true); }) ==
+              "reduce_scatter: the mean of an integer tensor (Long) would be truncated; reduce its sum instead");
+        CHECK(comm.collectives() == before);
+        // Integers sum exactly; an empty input needs no communication.
+        CHECK(values_of(comm.reduce_scatter(at::full({2 * world}, r + 1, at::kLong))) ==
+              std::vector<double>(2, world * (world + 1) / 2));
+        CHECK(comm.reduce_scatter(at::zeros({0})).numel() == 0);
+        CHECK(comm.collectives() == before + 1);
+      });
+    }
   }
 
   TEST_CASE("a peer that never arrives is reported within the timeout") {

@@ -72,6 +72,13 @@ class BATON_API Communicator {
   void barrier();
   /// Every rank's `shard` (1-D, the same size on every rank) concatenated in rank order.
   at::Tensor all_gather(const at::Tensor& shard);
+  /// The reduce-scatter: `input` is 1-D with world_size() * chunk elements, the same size on every rank; returns
+  /// this rank's chunk r, the element-wise sum over the ranks of input[r * chunk, (r + 1) * chunk), or their mean
+  /// when `mean` (floating dtypes only). Each rank sends and receives (W - 1) / W of the input's bytes, half of
+  /// what an all-reduce moves. One collective; an empty input returns an empty tensor with no communication (every
+  /// rank has the same size, so all skip alike). Throws Error when `input` is not 1-D or its size is not a
+  /// multiple of the world size.
+  at::Tensor reduce_scatter(const at::Tensor& input, bool mean = false);
   /// Collectives issued so far by this rank (for tests and benchmarks).
   std::int64_t collectives() const;
 
