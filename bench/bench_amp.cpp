@@ -34,6 +34,7 @@ struct Config {
   bool channels_last;
   baton::Precision precision;
   double best = 1e30;  // seconds per step
+  std::string why;     // the trainer's reason for its precision: whether this CPU computes bfloat16 natively
 };
 
 // Times the steps after the first kUntimed: the steady state a long run lives in.
@@ -45,7 +46,7 @@ struct StepClock final : baton::Callback {
   void batch_end(baton::State&, baton::Logger&) override { end = std::chrono::steady_clock::now(); }
 };
 
-double seconds_per_step(const baton::TensorDataset& data, const Config& config, baton::PluginLoader& loader) {
+double seconds_per_step(const baton::TensorDataset& data, Config& config, baton::PluginLoader& loader) {
   at::manual_seed(1);
   baton::ModelSpec spec;
   spec.name = "convnet";
@@ -56,6 +57,7 @@ double seconds_per_step(const baton::TensorDataset& data, const Config& config, 
   baton::TrainerOptions options = bench::steps_only(kBatches, kBatchSize);
   options.precision = config.precision;
   baton::Trainer trainer(model, optimizer, data, baton::TensorDataset{}, options);
+  config.why = trainer.precision().why;
   if (config.channels_last) {
     auto plugin = loader.load(loader.resolve("channels_last"), baton::PluginConfig());
     trainer.add_plugin(plugin.id, plugin.plugin);
@@ -84,7 +86,9 @@ int main() {
   std::printf("convnet 32-64, batch %lld, steps %lld to %lld of each run timed, best of %d, %d threads\n",
               static_cast<long long>(kBatchSize), static_cast<long long>(kUntimed + 1),
               static_cast<long long>(kBatches), kRepeats, at::get_num_threads());
-  for (const auto& c : configs) seconds_per_step(data, c, loader);  // warm-up: oneDNN primitives, allocator
+  for (auto& c : configs) seconds_per_step(data, c, loader);  // warm-up: oneDNN primitives, allocator
+  // Which case this run measures: native bfloat16 (the goal's case) or emulated (amp slower than fp32).
+  std::printf("amp_bf16 here: %s\n", configs[2].why.c_str());
   for (int r = 0; r < kRepeats; ++r) {
     std::printf("  repeat %d:", r + 1);
     // Rotate the order each repeat.

@@ -15,6 +15,7 @@ inline baton::TrainerOptions steps_only(std::int64_t batches, std::int64_t batch
   options.batch_size = batch_size;
   options.quiet = true;
   options.progress = false;
+  options.precision = baton::Precision::fp32;  // what a hand-written loop computes in; benchmarks of amp set it
   return options;
 }
 

@@ -134,7 +134,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
               " per batch, max_duration " + config.settings.max_duration.str());
   logger.info("baton: BLAS " + baton::blas_description() + ", " + std::to_string(at::get_num_threads()) +
               " threads, device " + config.settings.device + ", precision " +
-              baton::precision_name(config.settings.precision));
+              baton::precision_name(run->trainer->precision().precision) + " (" + run->trainer->precision().why + ")");
   logger.info("baton: " + baton::cli::openmp_wait_description());
   for (const auto& p : run->plugins)
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);

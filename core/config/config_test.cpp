@@ -34,7 +34,7 @@ TEST_SUITE("config") {
     CHECK(c.settings.threads == 0);
     CHECK(c.settings.log_interval == Time(50, TimeUnit::batch));
     CHECK(c.settings.microbatch_size == 0);
-    CHECK(c.settings.precision == baton::Precision::fp32);
+    CHECK(c.settings.precision == baton::Precision::automatic);  // issue 41: "auto", resolved on the device
     CHECK(c.settings.progress);
     CHECK(c.settings.save_interval == Time(1, TimeUnit::epoch));
     CHECK(c.settings.keep_last == 0);

@@ -17,7 +17,10 @@ using settings_table::Setting;
 
 // The one list of the precisions' names; the enum's order.
 constexpr std::pair<Precision, const char*> kPrecisions[] = {
-    {Precision::fp32, "fp32"}, {Precision::amp_bf16, "amp_bf16"}, {Precision::amp_fp16, "amp_fp16"}};
+    {Precision::fp32, "fp32"},
+    {Precision::amp_bf16, "amp_bf16"},
+    {Precision::amp_fp16, "amp_fp16"},
+    {Precision::automatic, "auto"}};
 
 // What the setting's own rule expects when its value breaks it, else "".
 std::string own_rule_problem(const TrainerSettings& s, const Setting& setting) {

@@ -46,7 +46,7 @@ struct Setting {
 /// Every setting, in TrainerSettings' member order (setting_problems reports in it).
 const std::vector<Setting>& settings();
 
-/// The precisions' names ("fp32", "amp_bf16", "amp_fp16"), in the enum's order: the choices of trainer.precision.
+/// The precisions' names ("fp32", "amp_bf16", "amp_fp16", "auto"), in the enum's order: the choices of trainer.precision.
 const std::vector<std::string>& precision_names();
 
 /// A setting's value as messages show it: 128, 1ep, "cuda:x", amp_fp16, true.

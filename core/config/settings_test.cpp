@@ -205,10 +205,11 @@ TEST_SUITE("settings") {
   }
 
   TEST_CASE("issue 37: one list of precision names, which the config's error lists") {
-    CHECK(baton::settings_table::precision_names() == std::vector<std::string>{"fp32", "amp_bf16", "amp_fp16"});
+    CHECK(baton::settings_table::precision_names() ==
+          std::vector<std::string>{"fp32", "amp_bf16", "amp_fp16", "auto"});
     CHECK(baton::config_test::failure("[trainer]\nprecision = \"bf16\"\n").what ==
-          "cfg.toml:2:13: trainer.precision: expected one of \"fp32\", \"amp_bf16\", \"amp_fp16\", got string "
-          "\"bf16\"");
+          "cfg.toml:2:13: trainer.precision: expected one of \"fp32\", \"amp_bf16\", \"amp_fp16\", \"auto\", got "
+          "string \"bf16\"");
   }
 
   TEST_CASE("issue 37: the config reads every setting of the table from its section, checking its type") {

@@ -1,6 +1,12 @@
 #include "trainer/precision.h"
 
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
 #include <ATen/autocast_mode.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
 #include "baton/error.h"
@@ -76,6 +82,77 @@ AutocastScope::~AutocastScope() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   set_autocast_enabled(device_, was_enabled_);
   set_autocast_dtype(device_, previous_dtype_);
+}
+
+Bf16Support cpu_bf16_support(std::string_view cpuinfo) {
+  // The first "flags" (x86) or "Features" (Arm) line: every core of a machine lists the same.
+  auto words_of = [&](std::string_view key) -> std::vector<std::string> {
+    std::size_t at = 0;
+    while (at < cpuinfo.size()) {
+      std::size_t end = cpuinfo.find('\n', at);
+      if (end == std::string_view::npos) end = cpuinfo.size();
+      const std::string_view line = cpuinfo.substr(at, end - at);
+      at = end + 1;
+      const std::size_t colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string_view name = line.substr(0, colon);
+      while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
+      if (name != key) continue;
+      std::vector<std::string> words;
+      std::istringstream in{std::string(line.substr(colon + 1))};
+      for (std::string word; in >> word;) words.push_back(word);
+      return words;
+    }
+    return {};
+  };
+  auto has = [](const std::vector<std::string>& words, const char* word) {
+    return std::find(words.begin(), words.end(), word) != words.end();
+  };
+  if (const auto flags = words_of("flags"); !flags.empty()) {
+    for (const char* flag : {"amx_bf16", "avx512_bf16"})
+      if (has(flags, flag)) return {true, std::string(flag) + " in /proc/cpuinfo"};
+    return {false, "no avx512_bf16 or amx_bf16 in /proc/cpuinfo"};
+  }
+  if (const auto features = words_of("Features"); !features.empty()) {
+    if (has(features, "bf16")) return {true, "bf16 in /proc/cpuinfo"};
+    return {false, "no bf16 in /proc/cpuinfo's Features"};
+  }
+  return {false, "no CPU flags in /proc/cpuinfo"};
+}
+
+Bf16Support bf16_support(c10::DeviceType device) {
+  if (device == c10::DeviceType::CUDA) {
+    // LibTorch's answer to whether cuDNN runs bfloat16 natively here: compute capability 8.0 (Ampere) or later.
+    if (at::detail::getCUDAHooks().supportsBFloat16ConvolutionWithCuDNNv8())
+      return {true, "the CUDA device has compute capability 8.0 or later"};
+    return {false, "the CUDA device is older than compute capability 8.0 (or LibTorch has no cuDNN)"};
+  }
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) return {false, "/proc/cpuinfo could not be read"};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return cpu_bf16_support(text.str());
+}
+
+PrecisionChoice choose_precision(Precision requested, c10::DeviceType device, const Bf16Support& support,
+                                 bool own_training_step, std::string& warning) {
+  warning.clear();
+  const char* where = device == c10::DeviceType::CUDA ? "this CUDA device" : "this CPU";
+  if (requested == Precision::automatic) {
+    if (own_training_step) return {Precision::fp32, "auto: a model with its own training step trains in fp32"};
+    if (support.native)
+      return {Precision::amp_bf16, std::string("auto: ") + where + " computes bfloat16 natively (" +
+                                       support.evidence + ")"};
+    return {Precision::fp32, std::string("auto: ") + where + " would emulate bfloat16, slower than fp32 (" +
+                                 support.evidence + ")"};
+  }
+  if (requested != Precision::amp_bf16 || support.evidence.empty()) return {requested, "as configured"};
+  const std::string seen = std::string(where) + (support.native ? " computes bfloat16 natively (" : " emulates bfloat16 (") +
+                           support.evidence + ")";
+  if (device == c10::DeviceType::CPU && !support.native)
+    warning = "precision = \"amp_bf16\" on a CPU that emulates bfloat16 (" + support.evidence +
+              "): expect it slower than fp32; precision = \"auto\" chooses fp32 here";
+  return {requested, "as configured; " + seen};
 }
 
 }  // namespace baton

@@ -1,9 +1,11 @@
-// Mixed precision: the autocast scope (on inside, the previous state back outside), the loss scaler's state machine
-// against hand-worked sequences, and a trainer run under amp_bf16: the forward pass in bfloat16, the weights, the
-// gradients and the loss in float32, close to the same run in fp32.
+// Mixed precision: "auto" and what it reads of the machine; the autocast scope (on inside, the previous state back
+// outside); the loss scaler's state machine against hand-worked sequences; and a trainer run under amp_bf16: the
+// forward pass in bfloat16, the weights, the gradients and the loss in float32, close to the same run in fp32.
 #include "baton_test.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -164,4 +166,96 @@ TEST_CASE("amp_bf16 runs the forward pass in bfloat16 and keeps weights, gradien
   const double amp_loss = amp_result.evals.back().metrics.at("eval/loss");
   CHECK(std::isfinite(amp_loss));
   CHECK(std::abs(amp_loss - fp32_loss) < 0.1 * fp32_loss + 0.02);
+}
+
+// Excerpts of /proc/cpuinfo as the kernel writes them (one core's lines; every core lists the same flags).
+namespace {
+const char* const kEpycNoBf16 =
+    "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n"
+    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr avx2 avx512f avx512bw avx512_vnni\n";
+const char* const kZen4 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n";
+const char* const kSapphireRapids = "flags\t\t: fpu avx512f amx_tile amx_int8 amx_bf16 avx512_bf16\n";
+const char* const kNeoverseV1 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve bf16 i8mm\n";
+const char* const kNeoverseN1 = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2\n";
+// A word that merely contains the flag's name is not the flag.
+const char* const kLookalike = "flags\t\t: fpu avx512_bf16x not_amx_bf16\n";
+
+// This machine's answer, read independently of cpu_bf16_support: a whole-word search of the flags lines.
+bool this_cpu_has_native_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string w; words >> w;)
+      if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") return true;
+    return false;
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("bfloat16 support is read from /proc/cpuinfo's flags (x86) or Features (Arm), word by word") {
+  using baton::cpu_bf16_support;
+  CHECK_FALSE(cpu_bf16_support(kEpycNoBf16).native);
+  CHECK(cpu_bf16_support(kEpycNoBf16).evidence == "no avx512_bf16 or amx_bf16 in /proc/cpuinfo");
+  CHECK(cpu_bf16_support(kZen4).native);
+  CHECK(cpu_bf16_support(kZen4).evidence == "avx512_bf16 in /proc/cpuinfo");
+  CHECK(cpu_bf16_support(kSapphireRapids).native);
+  CHECK(cpu_bf16_support(kSapphireRapids).evidence == "amx_bf16 in /proc/cpuinfo");
+  CHECK(cpu_bf16_support(kNeoverseV1).native);
+  CHECK_FALSE(cpu_bf16_support(kNeoverseN1).native);
+  CHECK_FALSE(cpu_bf16_support(kLookalike).native);
+  CHECK_FALSE(cpu_bf16_support("").native);
+}
+
+TEST_CASE("\"auto\" chooses amp_bf16 where bfloat16 is native, fp32 elsewhere; explicit choices stay, with a warning") {
+  using baton::choose_precision;
+  const auto cpu = c10::DeviceType::CPU;
+  const baton::Bf16Support native{true, "avx512_bf16 in /proc/cpuinfo"};
+  const baton::Bf16Support emulated{false, "no avx512_bf16 or amx_bf16 in /proc/cpuinfo"};
+  std::string warning = "stale";
+
+  auto chosen = choose_precision(Precision::automatic, cpu, native, false, warning);
+  CHECK(chosen.precision == Precision::amp_bf16);
+  CHECK(chosen.why == "auto: this CPU computes bfloat16 natively (avx512_bf16 in /proc/cpuinfo)");
+  CHECK(warning.empty());
+
+  chosen = choose_precision(Precision::automatic, cpu, emulated, false, warning);
+  CHECK(chosen.precision == Precision::fp32);
+  CHECK(chosen.why == "auto: this CPU would emulate bfloat16, slower than fp32 (no avx512_bf16 or amx_bf16 in "
+                      "/proc/cpuinfo)");
+
+  // A model's own training step trains in fp32 only, so "auto" never asks it for more.
+  CHECK(choose_precision(Precision::automatic, cpu, native, true, warning).precision == Precision::fp32);
+  CHECK(choose_precision(Precision::automatic, c10::DeviceType::CUDA, {true, "capability 9.0"}, false, warning)
+            .precision == Precision::amp_bf16);
+
+  chosen = choose_precision(Precision::amp_bf16, cpu, emulated, false, warning);
+  CHECK(chosen.precision == Precision::amp_bf16);
+  CHECK(warning.find("emulates bfloat16") != std::string::npos);
+  CHECK(warning.find("precision = \"auto\" chooses fp32 here") != std::string::npos);
+  chosen = choose_precision(Precision::amp_bf16, cpu, native, false, warning);
+  CHECK(chosen.why == "as configured; this CPU computes bfloat16 natively (avx512_bf16 in /proc/cpuinfo)");
+  CHECK(warning.empty());
+  CHECK(choose_precision(Precision::fp32, cpu, baton::Bf16Support{}, false, warning).why == "as configured");
+}
+
+TEST_CASE("a trainer left at the default precision (\"auto\") trains in what this machine's CPU computes natively") {
+  CHECK(baton::TrainerOptions{}.precision == Precision::automatic);
+  CHECK(baton::precision_from_name("auto") == Precision::automatic);
+  CHECK(std::string(baton::precision_name(Precision::automatic)) == "auto");
+  auto options = baton::test::quiet_options();
+  options.precision = Precision::automatic;
+  auto trainer = baton::test::make_trainer(options, "mlp");
+  const bool native = this_cpu_has_native_bf16();
+  MESSAGE("this CPU: " << trainer->precision().why);
+  CHECK(trainer->precision().precision == (native ? Precision::amp_bf16 : Precision::fp32));
+  CHECK(trainer->precision().why.rfind("auto: this CPU ", 0) == 0);
+
+  // amp_bf16 asked of a CPU that emulates it: the run says so among its warnings.
+  options.precision = Precision::amp_bf16;
+  auto amp = baton::test::make_trainer(options, "mlp");
+  bool warned = false;
+  for (const auto& w : amp->warnings()) warned = warned || w.find("emulates bfloat16") != std::string::npos;
+  CHECK(warned == !native);
 }

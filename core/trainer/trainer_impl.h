@@ -106,7 +106,8 @@ struct Trainer::Impl {
   RunLogger logger;
   Engine engine;
   std::vector<double> base_lrs;
-  Precision precision;
+  PrecisionChoice chosen_precision;  // options.precision on this device ("auto" resolved), logged when it warns
+  Precision precision;               // chosen_precision's
   RunContext context;                  // the above, for the collaborators below
   std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
   Checkpointer checkpoints;

@@ -87,6 +87,18 @@ TrainerOptions checked(TrainerOptions options) {
 
 }  // namespace
 
+PrecisionChoice run_precision(const TrainerOptions& options, const Model& model, const at::Device& device,
+                              RunLogger& logger) {
+  // Only "auto" and amp_bf16 look at the device: an explicit fp32 or amp_fp16 run reads nothing of the machine.
+  const bool looks = options.precision == Precision::automatic || options.precision == Precision::amp_bf16;
+  std::string warning;
+  PrecisionChoice chosen = choose_precision(options.precision, device.type(),
+                                            looks ? bf16_support(device.type()) : Bf16Support{},
+                                            static_cast<bool>(model.training_step()), warning);
+  if (!warning.empty()) logger.warn(warning);
+  return chosen;
+}
+
 std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
   std::string names;
   for (const auto& o : optimizers) names += (names.empty() ? "" : ", ") + o.name;
@@ -111,7 +123,8 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       logger(state, logger_options()),
       engine(state, logger),
       base_lrs(initial_lrs(optimizers)),
-      precision(options.precision),
+      chosen_precision(run_precision(options, model, device, logger)),
+      precision(chosen_precision.precision),
       context{state, engine, logger, options, precision, device},
       scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
       checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get()),
@@ -307,6 +320,7 @@ State& Trainer::state() { return impl_->state; }
 Logger& Trainer::logger() { return impl_->logger; }
 torch::nn::Module& Trainer::model() { return *impl_->module; }
 const TrainerOptions& Trainer::options() const { return impl_->options; }
+const PrecisionChoice& Trainer::precision() const { return impl_->chosen_precision; }
 const std::vector<std::string>& Trainer::warnings() const { return impl_->logger.warnings(); }
 
 }  // namespace baton

@@ -36,6 +36,9 @@ inline TrainerOptions quiet_options(const std::string& run_dir = "") {
   o.progress = false;
   o.run_dir = run_dir;
   o.seed = 11;
+  // fp32 whatever the CPU: the tests' expected values are float32 ones ("auto" would pick amp_bf16 on a CPU that
+  // computes bfloat16 natively). precision_test checks "auto" itself.
+  o.precision = Precision::fp32;
   return o;
 }
 

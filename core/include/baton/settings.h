@@ -16,11 +16,19 @@
 namespace baton {
 
 /// Composer's precision: fp32; amp_bf16 (autocast to bfloat16 around the forward pass and the loss, on the CPU or
-/// CUDA); amp_fp16 (autocast to float16 with dynamic loss scaling, CUDA only). Weights, gradients, optimizer state
-/// and an EMA stay fp32 in every one.
-enum class Precision { fp32, amp_bf16, amp_fp16 };
+/// CUDA); amp_fp16 (autocast to float16 with dynamic loss scaling, CUDA only); automatic ("auto", the default):
+/// amp_bf16 where the device computes bfloat16 natively (a CPU with avx512_bf16 or AMX, a CUDA device of compute
+/// capability 8.0 or later), fp32 elsewhere, where emulated bfloat16 is slower than fp32. Weights, gradients,
+/// optimizer state and an EMA stay fp32 in every one.
+enum class Precision { fp32, amp_bf16, amp_fp16, automatic };
 
-/// "fp32", "amp_bf16", "amp_fp16".
+/// The precision a run trains in, and why: what "auto" chose on the run's device, or the configured one.
+struct PrecisionChoice {
+  Precision precision = Precision::fp32;  // never automatic
+  std::string why;  // "auto: this CPU would emulate bfloat16, slower than fp32 (no avx512_bf16 or amx_bf16 ...)"
+};
+
+/// "fp32", "amp_bf16", "amp_fp16", "auto".
 BATON_API const char* precision_name(Precision precision);
 /// The precision named `name`; none for any other text.
 BATON_API std::optional<Precision> precision_from_name(std::string_view name);
@@ -41,7 +49,7 @@ struct TrainerSettings {
   /// per core, shared by the ranks on the machine).
   std::int64_t threads = 0;
   std::string device = "cpu";  // cpu | cuda | cuda:N: where the model, optimizer state and batches live
-  Precision precision = Precision::fp32;  // evaluation and prediction run under the same precision
+  Precision precision = Precision::automatic;  // evaluation and prediction run under the same precision
   /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
   /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
   /// step per batch. 0 (or >= batch_size): the whole batch at once.

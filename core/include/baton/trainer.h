@@ -186,6 +186,8 @@ class BATON_API Trainer {
   Logger& logger();
   torch::nn::Module& model();
   const TrainerOptions& options() const;
+  /// The precision the run trains in and why (options().precision may be "auto").
+  const PrecisionChoice& precision() const;
   /// Warnings logged during the run, for the final summary.
   const std::vector<std::string>& warnings() const;
 
