@@ -1216,6 +1216,40 @@ TEST_SUITE("cli") {
     CHECK_FALSE(contains(narrowed.err, "frame #"));
   }
 
+  TEST_CASE("issue 41 §9: check runs the first batch: int8 inputs kept as they are fail at check, not at batch 1") {
+    auto dir = scratch("check-first-batch");
+    // Python's standard library writes the file: I8 inputs [64, 4], I64 targets row % 2.
+    write(dir / "writer.py",
+          "import json, struct\n"
+          "rows, width = 64, 4\n"
+          "header = {'inputs': {'dtype': 'I8', 'shape': [rows, width], 'data_offsets': [0, rows * width]},\n"
+          "          'targets': {'dtype': 'I64', 'shape': [rows], 'data_offsets': [rows * width, rows * width + rows * 8]}}\n"
+          "text = json.dumps(header).encode()\n"
+          "text += b' ' * (-len(text) % 8)\n"
+          "with open('int8.safetensors', 'wb') as f:\n"
+          "    f.write(struct.pack('<Q', len(text)) + text)\n"
+          "    f.write(bytes((r * 7 + c) % 100 for r in range(rows) for c in range(width)))\n"
+          "    f.write(struct.pack('<%dq' % rows, *[r % 2 for r in range(rows)]))\n");
+    REQUIRE(std::system(("cd '" + dir.string() + "' && /usr/bin/python3 writer.py").c_str()) == 0);
+    const std::string data = "name = \"safetensors\"\npath = \"int8.safetensors\"\neval_fraction = 0.25\n"
+                             "batch_size = 16\neval_batch_size = 16";
+    write(dir / "kept.toml", quick_config_with("name = \"synthetic\"\nbatch_size = 64\neval_batch_size = 256\n"
+                                               "train_size = 512\neval_size = 256",
+                                               data + "\nfloat_fields = []"));
+    auto kept = run_baton(dir, {"check", "kept.toml"});
+    CHECK(kept.status == 2);
+    CHECK_MESSAGE(contains(kept.err, "the first training batch (ep 0 ba 0): the model's forward failed on inputs "
+                                     "[16, 4] Char"),
+                  kept.err);
+    CHECK_FALSE(contains(kept.err, "Exception raised from"));
+    // Converted (the default float_fields), the same file checks clean.
+    write(dir / "converted.toml", quick_config_with("name = \"synthetic\"\nbatch_size = 64\neval_batch_size = 256\n"
+                                                    "train_size = 512\neval_size = 256",
+                                                    data));
+    auto converted = run_baton(dir, {"check", "converted.toml"});
+    CHECK_MESSAGE(converted.status == 0, converted.err);
+  }
+
   TEST_CASE("baton's runs make OpenMP threads spin briefly unless the environment chooses, checked in libgomp") {
     auto dir = scratch("openmp_wait");
     write(dir / "run.toml", quick_config());

@@ -175,9 +175,14 @@ int run_check(const CommonArgs& args, bool print) {
   }
   try {
     run->trainer->check();
+  } catch (const baton::ConfigError&) {
+    throw;
   } catch (const baton::PluginError& e) {
     // A plugin refusing the run at init (a model that cannot take its batches) is a configuration problem too.
     throw baton::ConfigError(baton::SourceLocation{args.config_path, 0, 0}, "plugins", e.what());
+  } catch (const baton::Error& e) {
+    // The model or the loss failing on the first training batch: the data and the model this file names disagree.
+    throw baton::ConfigError(baton::SourceLocation{args.config_path, 0, 0}, "model", e.what());
   }
   if (print) std::printf("%s\n", baton::resolved_config_text(config).c_str());
   const std::size_t plugins = run->plugins.size();

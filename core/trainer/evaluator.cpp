@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
@@ -16,6 +17,7 @@
 #include "logging/run_logger.h"
 #include "sdk/step_generator.h"
 #include "baton/time.h"
+#include "trainer/module_mode.h"
 #include "trainer/precision.h"
 #include "trainer/step_errors.h"
 
@@ -113,8 +115,7 @@ EvalResult Evaluator::pass(const std::string& label) {
   // What plugins log during the pass (eval_start … eval_end) is printed on the pass's line.
   logger_.begin_capture();
   engine_.fire(Event::eval_start);
-  const bool was_training = module.is_training();
-  module.eval();
+  std::optional<ModuleModeScope> eval_mode(std::in_place, module, /*training=*/false);
   auto started = std::chrono::steady_clock::now();
   double loss_sum = 0;
   std::int64_t seen = 0;
@@ -155,7 +156,7 @@ EvalResult Evaluator::pass(const std::string& label) {
       state_.clear_step_data();
     }
   }
-  if (was_training) module.train();
+  eval_mode.reset();
   // Every rank's sums added in one collective: the loss and sample count, then each metric's sums in order.
   std::vector<double> sums{loss_sum, static_cast<double>(seen)};
   for (const auto& m : metrics_) {
@@ -221,8 +222,7 @@ PredictResult Evaluator::predict(const Dataset& data) {
   state_.weights.clear();
   engine_.fire(Event::predict_start);
   const std::string weights = state_.weights;
-  const bool was_training = module.is_training();
-  module.eval();
+  std::optional<ModuleModeScope> eval_mode(std::in_place, module, /*training=*/false);
   std::vector<Outputs> outputs;
   std::vector<at::Tensor> targets;
   {
@@ -252,7 +252,7 @@ PredictResult Evaluator::predict(const Dataset& data) {
       state_.clear_step_data();
     }
   }
-  if (was_training) module.train();
+  eval_mode.reset();
   engine_.fire(Event::predict_end);
   PredictResult result;
   result.weights = weights;

@@ -12,6 +12,7 @@
 
 #include "baton/components.h"
 #include "baton/trainer.h"
+#include "error_text.h"
 #include "small_trainer.h"
 
 using baton::test::make_trainer;
@@ -203,5 +204,35 @@ TEST_SUITE("trainer") {
             "than one set of weights: run it without --weights, or with a config that loads such a plugin");
     }
     
+  }
+}
+
+TEST_SUITE("init checks") {
+  TEST_CASE("check() runs the forward and the loss on the first training batch: unconverted int8 inputs fail there") {
+    // What `baton check` caught too late before (issue 41 §9): a file's int8 pixels left as they are reach the
+    // model's first Linear, which LibTorch refuses at batch 1 of the run.
+    auto data = std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(96, 7));
+    auto eval = std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(50, 8));
+    auto raw = std::make_shared<baton::TensorDataset>(*data);
+    raw->inputs = data->inputs.mul(10).to(at::kChar);
+    auto bad = baton::test::make_trainer(quiet_options(), raw, eval, "mlp");
+    const std::string error = baton::test::error_text([&] { bad->check(); });
+    CAPTURE(error);
+    CHECK(error.find("the first training batch (ep 0 ba 0): the model's forward failed on inputs [32, 1, 28, 28] Char") !=
+          std::string::npos);
+
+    // The same data converted checks clean, and the look leaves the model as it was: weights, batch-norm
+    // statistics and training mode.
+    auto good = baton::test::make_trainer(quiet_options(), data, eval, "convnet");
+    std::vector<at::Tensor> before;
+    for (const auto& t : good->model().buffers()) before.push_back(t.clone());
+    for (const auto& t : good->model().parameters()) before.push_back(t.detach().clone());
+    good->model().train();
+    CHECK_NOTHROW(good->check());
+    CHECK(good->model().is_training());
+    std::size_t i = 0;
+    for (const auto& t : good->model().buffers()) CHECK(t.equal(before[i++]));
+    for (const auto& t : good->model().parameters()) CHECK(t.detach().equal(before[i++]));
+    CHECK(i > 4);  // the convnet has batch-norm buffers as well as weights
   }
 }

@@ -6,6 +6,7 @@
 #include "baton/communicator.h"
 #include "sdk/step_generator.h"
 #include "trainer/data_parallel.h"
+#include "trainer/module_mode.h"
 #include "trainer/step_errors.h"
 #include "trainer/trainer_impl.h"
 
@@ -102,8 +103,7 @@ bool Trainer::Impl::Passes::recompute_gradients() {
 void Trainer::Impl::Passes::forward_training_data() {
   if (!t.fitting || t.in_step)
     throw Error("forward_training_data is only available during fit, outside a training step (from batch_end on)");
-  const bool was_training = t.module->is_training();
-  t.module->train();
+  ModuleModeScope train_mode(*t.module, /*training=*/true);
   const std::int64_t batches = t.sampler.batches_per_epoch();
   {
     c10::NoGradGuard no_grad;
@@ -124,7 +124,6 @@ void Trainer::Impl::Passes::forward_training_data() {
       if (!buffers.empty()) t.comm()->average(buffers);
     }
   }
-  t.module->train(was_training);
 }
 
 }  // namespace baton

@@ -10,6 +10,7 @@
 #include "baton/batch.h"
 #include "baton/dataset.h"
 #include "baton/error.h"
+#include "baton/text.h"
 #include "sdk/exception_text.h"
 #include "trainer/precision.h"
 
@@ -21,10 +22,7 @@ inline std::string changed_inputs_hint(const Batch& batch, const DataSpec& spec)
   if (inputs == nullptr || spec.input_shape.empty() || inputs->dim() == 0) return "";
   const auto per_sample = inputs->sizes().slice(1).vec();
   if (per_sample == spec.input_shape) return "";
-  std::string shape;
-  for (std::size_t i = 0; i < spec.input_shape.size(); ++i)
-    shape += (i ? ", " : "") + std::to_string(spec.input_shape[i]);
-  return " (the data's inputs are [" + shape + "] per sample: a plugin changed them before this step; the model " +
+  return " (the data's inputs are " + format_shape(spec.input_shape) + " per sample: a plugin changed them before this step; the model " +
          "must accept the changed shape, e.g. with global pooling)";
 }
 

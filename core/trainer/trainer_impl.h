@@ -43,6 +43,7 @@ struct Trainer::Impl {
   void add_eval_sets();
   void ensure_init();
   void offer_probe();
+  void check_first_batch();
   void settle_declarations();
   void prepare_standalone(const std::string& checkpoint, const char* command);
   std::string nonfinite_tensor() const;

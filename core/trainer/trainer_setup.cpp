@@ -14,6 +14,8 @@
 #include "config/config.h"
 #include "baton/time.h"
 #include "trainer/init_checks.h"
+#include "trainer/module_mode.h"
+#include "trainer/step_errors.h"
 #include "trainer/trainer_impl.h"
 
 namespace fs = std::filesystem;
@@ -85,8 +87,6 @@ TrainerOptions checked(TrainerOptions options) {
   return options;
 }
 
-}  // namespace
-
 PrecisionChoice run_precision(const TrainerOptions& options, const Model& model, const at::Device& device,
                               RunLogger& logger) {
   // Only "auto" and amp_bf16 look at the device: an explicit fp32 or amp_fp16 run reads nothing of the machine.
@@ -98,6 +98,8 @@ PrecisionChoice run_precision(const TrainerOptions& options, const Model& model,
   if (!warning.empty()) logger.warn(warning);
   return chosen;
 }
+
+}  // namespace
 
 std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers) {
   std::string names;
@@ -218,15 +220,28 @@ void Trainer::Impl::offer_probe() {
   if (train->size() > 0) example = train->get(at::zeros({1}, at::kLong));
   state.facts.set_probe([this](const Batch& batch) {
     c10::NoGradGuard no_grad;
-    const bool was_training = module->is_training();
-    module->eval();
-    struct Restore {
-      torch::nn::Module& m;
-      bool on;
-      ~Restore() { m.train(on); }
-    } restore{*module, was_training};
+    ModuleModeScope eval_mode(*module, /*training=*/false);
     return model.forward(to_device(batch, device));
   }, std::move(example));
+}
+
+// `baton check`'s last look: the model's forward and the loss once on the run's first training batch, on the run's
+// device and in its precision, so data the model cannot take (int8 inputs left unconverted, a field the model does
+// not find) fails here and not at batch 1 of the run. No gradients, and in eval mode as the probe above, so the
+// model's weights and batch statistics are as they were.
+void Trainer::Impl::check_first_batch() {
+  if (train->size() == 0) return;
+  const Batch batch = to_device(train->get(sampler.batch_indices(0, 0)), device);
+  const auto where = [] { return std::string("the first training batch (ep 0 ba 0)"); };
+  const auto spec = [this] { return train->spec(); };
+  c10::NoGradGuard no_grad;
+  ModuleModeScope eval_mode(*module, /*training=*/false);
+  const Outputs outputs = detail::autocast_step(precision, device.type(), where, "the model's forward", batch, spec,
+                                                [&] { return model.forward(batch); });
+  // A model with its own training step computes its loss inside that step, which a check does not run.
+  if (!model.training_step())
+    detail::autocast_step(precision, device.type(), where, "the loss", batch, spec,
+                          [&] { return loss(outputs, batch); });
 }
 
 // After init every name the run logs is known: its own (the training loss, the lr, every evaluation pass's
@@ -299,7 +314,10 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }
 
-void Trainer::check() { impl_->ensure_init(); }
+void Trainer::check() {
+  impl_->ensure_init();
+  impl_->check_first_batch();
+}
 FitResult Trainer::fit() { return impl_->fit(); }
 
 std::vector<EvalResult> Trainer::evaluate_standalone(const std::string& checkpoint) {
