@@ -1,0 +1,137 @@
+#include "sharding/zero.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/GradMode.h>
+
+#include "baton/communicator.h"
+#include "baton/error.h"
+
+namespace baton::sharding {
+namespace {
+
+bool sharded(const at::Tensor& parameter) { return parameter.requires_grad(); }
+
+// The tensors to shard (defined, floating-point, on one device), checked before the layout is built so an error
+// names the parameter rather than a slot.
+std::vector<TensorSpec> specs_of(const NamedTensors& parameters) {
+  std::vector<TensorSpec> specs;
+  const std::pair<std::string, at::Tensor>* first = nullptr;  // the first sharded parameter, for its device
+  for (const auto& item : parameters) {
+    const auto& [name, tensor] = item;
+    if (!tensor.defined()) throw Error("sharded step: the parameter '" + name + "' is undefined");
+    if (!sharded(tensor)) continue;
+    if (!c10::isFloatingType(tensor.scalar_type()))
+      throw Error("sharded step: the parameter '" + name + "' is " + c10::toString(tensor.scalar_type()) +
+                  ", not floating-point: it has no gradient to reduce");
+    if (tensor.is_sparse())
+      throw Error("sharded step: the parameter '" + name + "' is sparse; only dense parameters are sharded");
+    if (!first) first = &item;
+    if (tensor.device() != first->second.device())
+      throw Error("sharded step: the parameter '" + name + "' is on " + tensor.device().str() + " but '" +
+                  first->first + "' is on " + first->second.device().str() +
+                  "; every sharded parameter must be on one device");
+    specs.push_back({name, tensor.sizes().vec(), tensor.scalar_type()});
+  }
+  return specs;
+}
+
+std::vector<at::Tensor> sharded_tensors(const NamedTensors& parameters) {
+  std::vector<at::Tensor> out;
+  for (const auto& item : parameters)
+    if (item.second.defined() && sharded(item.second)) out.push_back(item.second);
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(ZeroStage stage) {
+  switch (stage) {
+    case ZeroStage::zero1: return "zero1";
+    case ZeroStage::zero2: return "zero2";
+  }
+  return "?";
+}
+
+ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage)
+    : stage_(stage),
+      communicator_(communicator),
+      parameters_(sharded_tensors(parameters)),
+      layout_(specs_of(parameters), communicator ? communicator->rank() : 0,
+              communicator ? communicator->world_size() : 1) {
+  // Each shard parameter is a fresh leaf holding this rank's rows of the model's current values, padding zeroed.
+  // They are equal on every rank only if the model is (the trainer broadcasts it before building this).
+  for (at::ScalarType dtype : layout_.dtypes()) {
+    std::size_t first = 0;
+    while (layout_.slots()[first].dtype != dtype) ++first;
+    at::Tensor buffer = layout_.new_buffer(dtype, parameters_[first].device());
+    layout_.write_shards(parameters_, buffer);
+    shards_.push_back(buffer.requires_grad_(true));
+  }
+}
+
+const at::Tensor& ShardedStep::shard_parameter(at::ScalarType dtype) const {
+  const auto& dtypes = layout_.dtypes();
+  auto found = std::find(dtypes.begin(), dtypes.end(), dtype);
+  if (found == dtypes.end()) {
+    std::string have;
+    for (at::ScalarType d : dtypes) have += std::string(have.empty() ? "" : ", ") + c10::toString(d);
+    throw Error(std::string("sharded step: no sharded parameter is ") + c10::toString(dtype) + " (the shards are " +
+                (have.empty() ? std::string("none") : have) + ")");
+  }
+  return shards_[static_cast<std::size_t>(found - dtypes.begin())];
+}
+
+at::Tensor ShardedStep::shard_of(const std::string& name) const {
+  const std::size_t index = layout_.index_of(name);
+  // Detached: a view for reading and writing values (the EMA, a checkpoint), outside the optimizer's autograd.
+  return layout_.shard_of_buffer(shard_parameter(layout_.slots()[index].dtype).detach(), index);
+}
+
+void ShardedStep::reduce_gradients() {
+  c10::NoGradGuard no_grad;  // gradients are reduced as values
+  std::vector<at::Tensor> grads(parameters_.size());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const at::Tensor& grad = parameters_[i].grad();
+    if (grad.defined() && grad.is_sparse())
+      throw Error("sharded step: the gradient of '" + layout_.slots()[i].name +
+                  "' is sparse; a sharded step reduces dense gradients only");
+    // No gradient on this rank (an unused branch, or none yet) is a zero contribution to the mean; every rank
+    // still sends its slot, so all agree on the collective's size.
+    grads[i] = grad.defined() ? grad : at::zeros_like(parameters_[i]);
+  }
+  const auto& dtypes = layout_.dtypes();
+  for (std::size_t k = 0; k < dtypes.size(); ++k) {
+    at::Tensor packed = layout_.pack(grads, dtypes[k]);
+    if (stage_ == ZeroStage::zero2) {
+      // The packed copy holds them now; released before the collective, so the full gradients and the received
+      // chunks are not alive at once.
+      for (std::size_t i = 0; i < parameters_.size(); ++i) {
+        if (layout_.slots()[i].dtype != dtypes[k]) continue;
+        grads[i] = at::Tensor();
+        parameters_[i].mutable_grad() = at::Tensor();
+      }
+    }
+    // Over one rank the mean is the packed buffer itself ([1 x S]: already this rank's S elements).
+    at::Tensor mine = communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
+    shards_[k].mutable_grad() = mine;
+  }
+}
+
+void ShardedStep::gather_parameters() {
+  c10::NoGradGuard no_grad;  // the targets are parameters: their values change, not their graph
+  for (const at::Tensor& shard : shards_) {
+    at::Tensor values = shard.detach();
+    at::Tensor gathered = communicator_ ? communicator_->all_gather(values) : values;
+    layout_.unpack_into(gathered, parameters_);
+  }
+}
+
+void ShardedStep::zero_grad() {
+  for (const at::Tensor& shard : shards_) shard.mutable_grad() = at::Tensor();
+  for (const at::Tensor& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
+}
+
+}  // namespace baton::sharding
