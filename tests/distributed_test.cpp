@@ -1,6 +1,6 @@
 // Whole-program tests of data-parallel runs: `baton launch` on loopback (Gloo), equivalence of 2 ranks at batch B/2
 // with 1 rank at batch B, the sharded EMA against a whole one, resume at the same and at another world size, a
-// rank killed mid-run, two launchers as two nodes, and torchrun.
+// rank killed mid-run, two launchers as two nodes, and torchrun; sharding zero1 / zero2 against sharding none.
 #include "baton_test.h"
 
 #include <signal.h>
@@ -83,6 +83,39 @@ double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
     max_diff = std::max(max_diff, a.tensors[i].second.sub(b.tensors[i].second).abs().max().item<double>());
   }
   return max_diff;
+}
+
+// A sharded (or not) run of the same data and model as write_config's: `sharding` in [distributed], `optimizer`
+// the [optimizer] table's keys, no checkpoints (a sharded run saves none yet), `extra` appended.
+void write_sharded_config(const fs::path& file, const std::string& name, const std::string& sharding,
+                          const std::string& optimizer, const std::string& extra = "") {
+  std::ofstream(file) << "[run]\nname = \"" << name << "\"\ndir = \"runs\"\nseed = 7\n"
+                      << "[data]\nname = \"synthetic\"\ntrain_size = 512\neval_size = 200\n"
+                      << "batch_size = 32\neval_batch_size = 64\n"
+                      << "[model]\nname = \"mlp\"\nwidths = [32]\n"
+                      << "[optimizer]\n" << optimizer
+                      << "[trainer]\nmax_duration = \"2ep\"\nthreads = 1\nprogress = false\n"
+                      << "[checkpoint]\nsave_interval = \"0ep\"\n"
+                      << "[distributed]\ntimeout_seconds = 20\nsharding = \"" << sharding << "\"\n"
+                      << extra;
+}
+
+// The largest relative difference between the `file` of two run folders: per tensor max|a - b| / max|b|.
+double max_relative_difference(const fs::path& run_a, const fs::path& run_b,
+                               const std::string& file = "model.safetensors") {
+  auto a = baton::read_safetensors((run_a / file).string());
+  auto b = baton::read_safetensors((run_b / file).string());
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  REQUIRE(!a.tensors.empty());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    REQUIRE(a.tensors[i].first == b.tensors[i].first);
+    REQUIRE((a.tensors[i].second.sizes() == b.tensors[i].second.sizes()));
+    const double scale = b.tensors[i].second.abs().max().item<double>();
+    REQUIRE(scale > 0);
+    worst = std::max(worst, a.tensors[i].second.sub(b.tensors[i].second).abs().max().item<double>() / scale);
+  }
+  return worst;
 }
 
 // Starts `baton <args>` in `dir` in the background with stdout and stderr in `log` and the environment `env`
@@ -554,5 +587,89 @@ TEST_SUITE("distributed_cli") {
     CHECK(r.out.find("stopped: interrupted by a signal") != std::string::npos);
     CHECK(r.out.find("another rank stopped") == std::string::npos);
     CHECK(fs::exists(dir / "runs" / "one" / "model.safetensors"));
+  }
+
+  TEST_CASE("issue 38: zero1 and zero2 over 2 ranks end with sharding none's weights: SGD momentum, Adam, EMA") {
+    auto dir = baton::test::scratch_dir("dist-zero");
+    const std::vector<std::pair<std::string, std::string>> optimizers = {
+        {"sgd", "name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 0.001\n"},
+        {"adam", "name = \"adam\"\nlr = 0.01\n"}};
+    const fs::path runs = dir / "runs";
+    for (const auto& entry : optimizers) {
+      const std::string optimizer = entry.first;
+      const std::string table = entry.second;
+      for (const std::string mode : {"none", "zero1", "zero2"}) {
+        const std::string name = optimizer + "-" + mode;
+        write_sharded_config(dir / (name + ".toml"), name, mode, table);
+        Result r = run_baton(dir, {"launch", "--nproc", "2", "train", name + ".toml"});
+        INFO(r.out);
+        REQUIRE(r.status == 0);
+        CHECK(r.out.find("[rank 1] rank 1 of 2 done at ep 2 ba 16") != std::string::npos);
+      }
+      for (const std::string mode : {"zero1", "zero2"}) {
+        const double relative = max_relative_difference(runs / (optimizer + "-" + mode), runs / (optimizer + "-none"));
+        MESSAGE(optimizer << " " << mode << ": max relative difference to sharding none = " << relative);
+        CHECK(relative <= 1e-6);
+      }
+    }
+    // The EMA reads the weights after the step, whole again after the all-gather; microbatches accumulate in the
+    // model's .grad and are reduced once after the last (zero2 releases them then).
+    for (const std::string mode : {"none", "zero2"}) {
+      write_sharded_config(dir / ("ema-" + mode + ".toml"), "ema-" + mode, mode,
+                           "name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n", kEma);
+      Result r = run_baton(dir, {"launch", "--nproc", "2", "train", "ema-" + mode + ".toml", "--set",
+                                 "trainer.microbatch_size=8"});
+      INFO(r.out);
+      REQUIRE(r.status == 0);
+    }
+    const double weights = max_relative_difference(runs / "ema-zero2", runs / "ema-none");
+    const double averaged = max_relative_difference(runs / "ema-zero2", runs / "ema-none", "ema.safetensors");
+    MESSAGE("zero2 with the EMA and microbatches: weights " << weights << ", EMA " << averaged);
+    CHECK(weights <= 1e-6);
+    CHECK(averaged <= 1e-6);
+  }
+
+  TEST_CASE("issue 38: baton check and train refuse what a sharded run cannot do, naming the key or plugin") {
+    auto dir = baton::test::scratch_dir("dist-zero-refused");
+    const std::string sgd = "name = \"sgd\"\nlr = 0.05\n";
+    write_sharded_config(dir / "zero3.toml", "zero3", "zero3", sgd);
+    for (const std::string command : {"check", "train"}) {
+      Result r = run_baton(dir, {command, "zero3.toml"});
+      INFO(r.out);
+      CHECK(r.status == 2);
+      CHECK(r.out.find("distributed.sharding: expected \"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded "
+                       "at rest and gathered per unit, is not built yet), got string \"zero3\"") != std::string::npos);
+    }
+    // The default save_interval (1ep): refused at checkpoint.save_interval.
+    std::ofstream(dir / "saves.toml") << "[optimizer]\n" << sgd << "[distributed]\nsharding = \"zero1\"\n";
+    Result saves = run_baton(dir, {"check", "saves.toml"});
+    INFO(saves.out);
+    CHECK(saves.status == 2);
+    CHECK(saves.out.find("checkpoint.save_interval: expected 0 under distributed.sharding = \"zero1\"") !=
+          std::string::npos);
+    // A plugin that reads the model's gradients after the reduce.
+    write_sharded_config(dir / "clip.toml", "clip", "zero2", sgd,
+                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"norm\"\n"
+                         "clipping_threshold = 1.0\n");
+    for (const std::string command : {"check", "train"}) {
+      Result r = run_baton(dir, {command, "clip.toml"});
+      INFO(r.out);
+      CHECK(r.status != 0);
+      CHECK(r.out.find("plugin 'gradient_clipping' does not work under distributed.sharding = \"zero2\": it clips "
+                       "the model's gradients after the reduce") != std::string::npos);
+    }
+    // The same plugin without sharding passes the check.
+    write_sharded_config(dir / "clip-none.toml", "clip-none", "none", sgd,
+                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"norm\"\n"
+                         "clipping_threshold = 1.0\n");
+    Result unsharded = run_baton(dir, {"check", "clip-none.toml"});
+    INFO(unsharded.out);
+    CHECK(unsharded.status == 0);
+    // Resuming.
+    write_sharded_config(dir / "resume.toml", "resume", "zero1", sgd);
+    Result resumed = run_baton(dir, {"train", "resume.toml", "--resume", "auto"});
+    INFO(resumed.out);
+    CHECK(resumed.status != 0);
+    CHECK(resumed.out.find("trainer: sharding \"zero1\" cannot resume (resume = \"auto\")") != std::string::npos);
   }
 }

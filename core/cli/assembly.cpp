@@ -305,6 +305,14 @@ std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOp
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
   t.loggers = std::move(built.loggers);
+  if (config.settings.sharding != Sharding::none && built.optimizer) {
+    // A sharded run's optimizer steps this rank's shard, which the Trainer makes: it builds the optimizer itself,
+    // from the same section (the one built above checked [optimizer]'s keys and is not used).
+    built.optimizer = nullptr;
+    t.optimizer_factory = [section = config.optimizer](const std::vector<at::Tensor>& parameters) {
+      return build_component(components().optimizers, section, "optimizer", parameters);
+    };
+  }
 
   run->trainer = std::make_unique<Trainer>(std::move(built.model), std::move(built.optimizer),
                                            std::move(built.data.train), std::move(built.data.eval), std::move(t));

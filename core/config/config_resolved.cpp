@@ -42,6 +42,8 @@ std::string resolved_config_text(const RunConfig& c) {
             table.insert_or_assign(setting.key, value.str());
           else if constexpr (std::is_same_v<T, Precision>)
             table.insert_or_assign(setting.key, std::string(precision_name(value)));
+          else if constexpr (std::is_same_v<T, Sharding>)
+            table.insert_or_assign(setting.key, std::string(sharding_name(value)));
           else if constexpr (std::is_same_v<T, std::uint64_t>)  // the seed (read as an integer >= 0)
             table.insert_or_assign(setting.key, static_cast<std::int64_t>(value));
           else

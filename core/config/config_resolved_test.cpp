@@ -115,6 +115,8 @@ dir = "ckpt"
     const baton::TrainerSettings defaults;
     for (const auto& setting : baton::settings_table::settings()) {
       CAPTURE(setting.config_key());
+      // Sharding refuses periodic saves (for now), so it takes its own value in the file below.
+      if (setting.config_key() == "distributed.sharding") continue;
       // The file above gives every setting a value of its own, so the round trip cannot pass on the defaults.
       CHECK(baton::settings_table::value_text(c.settings, setting) !=
             baton::settings_table::value_text(defaults, setting));
@@ -123,6 +125,9 @@ dir = "ckpt"
     }
     CHECK(again.settings.eval_interval == Time(0.25, TimeUnit::duration));
     CHECK(again.settings.precision == baton::Precision::amp_fp16);
+    const RunConfig sharded = parse("[distributed]\nsharding = \"zero2\"\n[checkpoint]\nsave_interval = \"0ep\"\n");
+    CHECK(sharded.settings.sharding == baton::Sharding::zero2);
+    CHECK(parse(baton::resolved_config_text(sharded)).settings.sharding == baton::Sharding::zero2);
     CHECK(again.settings.checkpoint_dir == "ckpt");
     // prefetch 0 is written as the count it means: two per worker.
     CHECK(contains(baton::resolved_config_text(parse("[data]\nworkers = 3\n")), "\nprefetch = 6\n"));

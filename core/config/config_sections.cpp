@@ -67,6 +67,9 @@ void read_settings(const PluginConfig& s, const std::string& section, TrainerSet
           else if constexpr (std::is_same_v<T, Precision>)
             value = *precision_from_name(
                 s.get_choice_or(key, precision_name(value), settings_table::precision_names()));
+          else if constexpr (std::is_same_v<T, Sharding>)
+            value = *sharding_from_name(
+                s.get_choice_or(key, sharding_name(value), settings_table::sharding_names()));
           else if constexpr (std::is_same_v<T, std::string>)
             value = setting.non_empty ? s.get_text_or(key, value) : s.get_or<std::string>(key, value);
           else
@@ -99,9 +102,10 @@ void read_data(const PluginConfig& s, DataSection& data, TrainerSettings& settin
   for (auto& [name, view] : s.get_entries("metrics")) data.metrics.push_back(ComponentSection{name, view});
 }
 
-void read_distributed(const PluginConfig& s, DistributedSection& distributed) {
+void read_distributed(const PluginConfig& s, DistributedSection& distributed, TrainerSettings& settings) {
   distributed.backend = s.get_choice_or("backend", distributed.backend, {"gloo", "nccl"});
   distributed.timeout_seconds = s.get_int_or("timeout_seconds", distributed.timeout_seconds, Range::at_least(1));
+  read_settings(s, "distributed", settings);  // sharding: the Trainer's too
 }
 
 /// Plugin paths from the file are relative to its folder; those typed in a --set stay relative to the working
@@ -275,7 +279,7 @@ RunConfig read_sections(toml::table& root, const std::string& source) {
   section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
   section("trainer", [&](const PluginConfig& s) { read_settings(s, "trainer", config.settings); }, true);
   section("checkpoint", [&](const PluginConfig& s) { read_settings(s, "checkpoint", config.settings); }, true);
-  section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed); }, true);
+  section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed, config.settings); }, true);
   section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
   config.evals = read_evals(root, ctx);
   config.plugins = read_plugins(root, ctx);

@@ -238,7 +238,7 @@ allow_insecure = true
           "cfg.toml:2:19: distributed.timeout_seconds: expected an integer >= 1, got integer 0");
     CHECK(failure("[distributed]\ntimeout = 5\n").what.rfind(
               "cfg.toml:2:1: distributed.timeout: unknown key 'timeout' for [distributed]; it reads backend, "
-              "timeout_seconds", 0) == 0);
+              "sharding, timeout_seconds", 0) == 0);
     CHECK(parse("", {"distributed.timeout_seconds=3"}).distributed.timeout_seconds == 3);
   }
 

@@ -22,6 +22,10 @@ constexpr std::pair<Precision, const char*> kPrecisions[] = {
     {Precision::amp_fp16, "amp_fp16"},
     {Precision::automatic, "auto"}};
 
+// The one list of the shardings' names; the enum's order.
+constexpr std::pair<Sharding, const char*> kShardings[] = {
+    {Sharding::none, "none"}, {Sharding::zero1, "zero1"}, {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}};
+
 // What the setting's own rule expects when its value breaks it, else "".
 std::string own_rule_problem(const TrainerSettings& s, const Setting& setting) {
   const settings_table::Rule& rule = setting.rule;
@@ -60,6 +64,27 @@ const std::vector<std::string>& settings_table::precision_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
     for (const auto& entry : kPrecisions) out.emplace_back(entry.second);
+    return out;
+  }();
+  return names;
+}
+
+const char* sharding_name(Sharding sharding) {
+  for (const auto& [v, name] : kShardings)
+    if (v == sharding) return name;
+  return "none";  // not reached: every enumerator is listed
+}
+
+std::optional<Sharding> sharding_from_name(std::string_view name) {
+  for (const auto& [v, text] : kShardings)
+    if (name == text) return v;
+  return std::nullopt;
+}
+
+const std::vector<std::string>& settings_table::sharding_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : kShardings) out.emplace_back(entry.second);
     return out;
   }();
   return names;

@@ -28,9 +28,10 @@ struct Rule {
 };
 
 /// The member, whose type is the setting's kind: an integer, the seed (read as an integer >= 0), a boolean, a text,
-/// a time string, a precision name.
+/// a time string, a precision name, a sharding name.
 using Member = std::variant<std::int64_t TrainerSettings::*, std::uint64_t TrainerSettings::*, bool TrainerSettings::*,
-                            std::string TrainerSettings::*, Time TrainerSettings::*, Precision TrainerSettings::*>;
+                            std::string TrainerSettings::*, Time TrainerSettings::*, Precision TrainerSettings::*,
+                            Sharding TrainerSettings::*>;
 
 struct Setting {
   std::string section;  // in a config file: "data"
@@ -48,6 +49,10 @@ const std::vector<Setting>& settings();
 
 /// The precisions' names ("fp32", "amp_bf16", "amp_fp16", "auto"), in the enum's order: the choices of trainer.precision.
 const std::vector<std::string>& precision_names();
+
+/// The shardings' names ("none", "zero1", "zero2", "zero3"), in the enum's order: the choices of
+/// distributed.sharding (zero3 is then refused by its rule, with the reason).
+const std::vector<std::string>& sharding_names();
 
 /// A setting's value as messages show it: 128, 1ep, "cuda:x", amp_fp16, true.
 std::string value_text(const TrainerSettings& settings, const Setting& setting);

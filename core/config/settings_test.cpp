@@ -16,6 +16,7 @@
 
 using baton::Precision;
 using baton::SettingProblem;
+using baton::Sharding;
 using baton::Time;
 using baton::TimeUnit;
 using baton::TrainerSettings;
@@ -69,7 +70,8 @@ std::string documented_type(const Setting& setting) {
   if (std::holds_alternative<bool TrainerSettings::*>(setting.member)) return "boolean";
   if (std::holds_alternative<Time TrainerSettings::*>(setting.member)) return "time";
   if (std::holds_alternative<std::string TrainerSettings::*>(setting.member) ||
-      std::holds_alternative<Precision TrainerSettings::*>(setting.member))
+      std::holds_alternative<Precision TrainerSettings::*>(setting.member) ||
+      std::holds_alternative<Sharding TrainerSettings::*>(setting.member))
     return "string";
   return "integer";
 }
@@ -78,7 +80,8 @@ std::string documented_type(const Setting& setting) {
 std::string toml_literal(const TrainerSettings& settings, const Setting& setting) {
   const std::string text = baton::settings_table::value_text(settings, setting);
   const bool quoted = std::holds_alternative<Time TrainerSettings::*>(setting.member) ||
-                      std::holds_alternative<Precision TrainerSettings::*>(setting.member);
+                      std::holds_alternative<Precision TrainerSettings::*>(setting.member) ||
+                      std::holds_alternative<Sharding TrainerSettings::*>(setting.member);
   return quoted ? "\"" + text + "\"" : text;
 }
 
@@ -187,6 +190,48 @@ TEST_SUITE("settings") {
     CHECK(problems(s).empty());
   }
 
+  TEST_CASE("issue 38: sharding: zero3 is refused as not built yet; zero1/zero2 refuse periodic saves") {
+    TrainerSettings s;
+    s.save_interval = Time(0, TimeUnit::epoch);
+    for (Sharding mode : {Sharding::none, Sharding::zero1, Sharding::zero2}) {
+      s.sharding = mode;
+      CHECK(problems(s).empty());
+    }
+    s.sharding = Sharding::zero3;
+    const std::string zero3 = only_problem(s);
+    CHECK(zero3.rfind("distributed.sharding (sharding): expected \"none\", \"zero1\" or \"zero2\" (zero3, ", 0) == 0);
+    CHECK(zero3.find("is not built yet), got zero3") != std::string::npos);
+    s.sharding = Sharding::zero2;
+    s.save_interval = Time(2, TimeUnit::batch);
+    CHECK(only_problem(s) ==
+          "checkpoint.save_interval (save_interval): expected 0 under distributed.sharding = \"zero2\" (each rank "
+          "holds only its shard of the optimizer state, and sharded checkpoints are not built yet: set "
+          "save_interval = \"0ep\"), got 2ba");
+    s.sharding = Sharding::none;
+    CHECK(problems(s).empty());
+  }
+
+  TEST_CASE("issue 38: one list of sharding names, which the config reads and its error lists") {
+    CHECK(baton::settings_table::sharding_names() == std::vector<std::string>{"none", "zero1", "zero2", "zero3"});
+    for (Sharding mode : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::zero3})
+      CHECK(baton::sharding_from_name(baton::sharding_name(mode)) == mode);
+    CHECK_FALSE(baton::sharding_from_name("fsdp").has_value());
+    CHECK(baton::parse_config("[distributed]\nsharding = \"zero2\"\n[checkpoint]\nsave_interval = \"0ep\"\n",
+                              "cfg.toml")
+              .settings.sharding == Sharding::zero2);
+    CHECK(baton::config_test::failure("[distributed]\nsharding = \"fsdp\"\n").what ==
+          "cfg.toml:2:12: distributed.sharding: expected one of \"none\", \"zero1\", \"zero2\", \"zero3\", got "
+          "string \"fsdp\"");
+    // zero3 is a name the config knows: refused at its key with the reason, not as an unknown choice.
+    const auto zero3 = baton::config_test::failure("[distributed]\nsharding = \"zero3\"\n");
+    CHECK(zero3.key == "distributed.sharding");
+    CHECK(baton::config_test::contains(zero3.what, "is not built yet"));
+    // The default save_interval (1ep) under zero1: refused at checkpoint.save_interval, naming the mode.
+    const auto saves = baton::config_test::failure("[distributed]\nsharding = \"zero1\"\n");
+    CHECK(saves.key == "checkpoint.save_interval");
+    CHECK(baton::config_test::contains(saves.what, "under distributed.sharding = \"zero1\""));
+  }
+
   TEST_CASE("every problem is reported, in the members' order") {
     TrainerSettings s;
     s.keep_last = -1;
@@ -232,7 +277,7 @@ TEST_SUITE("settings") {
     // What a key left out means in a config file (the config fills in checkpoint.dir).
     const TrainerSettings defaults = baton::parse_config("", "cfg.toml").settings;
     const auto& table = baton::settings_table::settings();
-    for (const std::string section : {"run", "data", "trainer", "checkpoint"}) {
+    for (const std::string section : {"run", "data", "trainer", "checkpoint", "distributed"}) {
       for (const auto& [key, cells] : documented_keys(doc, section)) {
         CAPTURE(section + "." + key);
         const auto setting = std::find_if(table.begin(), table.end(), [&](const Setting& s) {
@@ -240,7 +285,8 @@ TEST_SUITE("settings") {
         });
         if (setting == table.end()) {
           // The run's folder, the dataset and its metrics are RunConfig's own, not the Trainer's settings.
-          const std::vector<std::string> own = {"run.name", "run.dir", "data.name", "data.metrics"};
+          const std::vector<std::string> own = {"run.name",    "run.dir", "data.name", "data.metrics",
+                                                "distributed.backend", "distributed.timeout_seconds"};
           CHECK(std::find(own.begin(), own.end(), section + "." + key) != own.end());
           continue;
         }

@@ -21,6 +21,7 @@ struct Declarations::Data {
   std::vector<WatchedMetric> watched;
   std::vector<std::string> weight_sets;
   std::vector<std::string> eval_passes;
+  std::vector<std::string> replicated_only;
 };
 
 Declarations::Declarations(std::string device, int world_size, std::string requested_weights)
@@ -47,11 +48,14 @@ void Declarations::eval_pass(const std::string& label) {
   if (label != "eval") add_once(data_->eval_passes, label);
 }
 
+void Declarations::replicated_only(const std::string& what) { data_->replicated_only.push_back(what); }
+
 const std::vector<std::string>& Declarations::metrics() const { return data_->metrics; }
 const std::map<std::string, bool>& Declarations::directions() const { return data_->directions; }
 const std::vector<std::string>& Declarations::metric_families() const { return data_->families; }
 const std::vector<WatchedMetric>& Declarations::watched() const { return data_->watched; }
 const std::vector<std::string>& Declarations::weight_sets() const { return data_->weight_sets; }
 const std::vector<std::string>& Declarations::eval_passes() const { return data_->eval_passes; }
+const std::vector<std::string>& Declarations::replicated_only_reasons() const { return data_->replicated_only; }
 
 }  // namespace baton

@@ -90,6 +90,11 @@ at::Tensor ShardedStep::shard_of(const std::string& name) const {
   return layout_.shard_of_buffer(shard_parameter(layout_.slots()[index].dtype).detach(), index);
 }
 
+void ShardedStep::load_parameters() {
+  c10::NoGradGuard no_grad;  // the shards are leaves: their values change, not their graph
+  for (std::size_t k = 0; k < shards_.size(); ++k) layout_.write_shards(parameters_, shards_[k]);
+}
+
 void ShardedStep::reduce_gradients() {
   c10::NoGradGuard no_grad;  // gradients are reduced as values
   std::vector<at::Tensor> grads(parameters_.size());

@@ -79,6 +79,9 @@ class ShardedStep {
   /// Parameter `name`'s rows held by this rank, as a view into its shard parameter (of Slot::shard_shape()).
   at::Tensor shard_of(const std::string& name) const;
 
+  /// Copies this rank's rows of the model's current parameters into the shard parameters (padding stays 0): after
+  /// the model's values were replaced outside the step (the trainer's broadcast of rank 0's, a loaded checkpoint).
+  void load_parameters();
   /// After the backward: packs the model's gradients (an undefined .grad as zeros), reduce-scatters each dtype's
   /// with the mean over the ranks (one collective per dtype) and makes the result the .grad of the shard
   /// parameters, replacing any gradient they held. zero2 releases the model's .grad right after packing it.

@@ -85,7 +85,7 @@ bool Trainer::Impl::Passes::recompute_gradients() {
   Batch batch = std::move(t.state.batch);
   Outputs outputs = std::move(t.state.outputs);
   at::Tensor loss = std::move(t.state.loss);
-  for (const auto& o : t.optimizers) o.optimizer->zero_grad();
+  t.zero_gradients();
   t.state.batch = *from;
   {
     // The same draws as the first pass (a diffusion model's timesteps and noise): the same loss function.

@@ -49,6 +49,7 @@ FitResult Trainer::Impl::fit() {
     // Destinations open here, not at construction, so `baton check` (and evaluate or predict) creates no files.
     logger.open_destinations(LoggerContext{options.run_dir, resumed, state.progress.now});
     broadcast_model(comm(), *module);
+    if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
     fitting = true;
     fire(Event::fit_start);
     module->train();
@@ -190,7 +191,7 @@ void Trainer::Impl::train_batch() {
   fire(Event::batch_start);
   apply_lr_schedule();
   fire(Event::before_train_batch);
-  for (const auto& o : optimizers) o.optimizer->zero_grad();
+  zero_gradients();
   broadcast_buffers(comm(), *module);
   if (model.training_step()) {
     own_training_step();
@@ -203,8 +204,7 @@ void Trainer::Impl::train_batch() {
       const Scoped<const Batch*> recomputable(passes.step_batch, &step_batch);
       fire(Event::after_train_batch);
     }
-    if (!step_overflow)
-      for (const auto& o : optimizers) o.optimizer->step();
+    if (!step_overflow) step_optimizers();
     if (scaler) scaler->update(step_overflow);
   }
   now.advance_batch(drawn * options.world_size);
@@ -289,10 +289,30 @@ void Trainer::Impl::backward(const at::Tensor& loss) {
 
 // The gradients every plugin sees from after_train_batch on and the step uses: averaged across ranks, then unscaled
 // (amp_fp16). Returns whether they hold an inf or a NaN, when the scaler skips the step; averaging spreads one rank's
-// to all, so every rank skips the same steps.
+// to all, so every rank skips the same steps. Sharded, the optimizer steps the rank's shard of the averaged
+// gradients (reduce-scattered), and one rank's inf lands in one rank's shard only: the ranks agree on it.
 bool Trainer::Impl::reduce_gradients() {
+  if (sharded) {
+    sharded->reduce_gradients();
+    const bool overflow = scaler && scaler->unscale(sharded->shard_parameters());
+    return scaler && comm() ? comm()->any(overflow) : overflow;
+  }
   average_gradients(comm(), *module);
   return scaler && scaler->unscale(module->parameters());
+}
+
+// Before a step's backward. Sharded, the optimizer holds the shards, not the model's parameters, whose .grad would
+// otherwise accumulate across steps (zero1 keeps it after the reduce).
+void Trainer::Impl::zero_gradients() {
+  for (const auto& o : optimizers) o.optimizer->zero_grad();
+  if (sharded) sharded->zero_grad();
+}
+
+// Sharded, the optimizer stepped this rank's shard: the all-gather makes the model's parameters whole again on every
+// rank, in place, for the next forward and for every plugin from batch_end on.
+void Trainer::Impl::step_optimizers() {
+  for (const auto& o : optimizers) o.optimizer->step();
+  if (sharded) sharded->gather_parameters();
 }
 
 // --- without training ----------------------------------------------------------------------------------------------

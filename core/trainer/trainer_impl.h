@@ -18,6 +18,7 @@
 #include "data/train_loader.h"
 #include "engine/engine.h"
 #include "logging/run_logger.h"
+#include "sharding/zero.h"
 #include "trainer/checkpointer.h"
 #include "trainer/evaluator.h"
 #include "trainer/loss_scaler.h"
@@ -61,6 +62,8 @@ struct Trainer::Impl {
   void forward_backward();
   at::Tensor own_training_step();
   bool reduce_gradients();
+  void zero_gradients();
+  void step_optimizers();
   void backward(const at::Tensor& loss);
   void finish(std::exception_ptr failure);
   void close(std::exception_ptr failure);
@@ -95,6 +98,8 @@ struct Trainer::Impl {
   at::Device device;  // options.device, parsed once
   Model model;
   std::shared_ptr<torch::nn::Module> module;
+  /// Sharding zero1 / zero2: the step over this rank's shards, whose optimizer `optimizers` holds; null without.
+  std::unique_ptr<sharding::ShardedStep> sharded;
   std::vector<NamedOptimizer> optimizers;
   std::shared_ptr<torch::optim::Optimizer> optimizer;  // the first of them
   std::shared_ptr<const Dataset> train;

@@ -11,6 +11,7 @@
 #include <c10/core/GradMode.h>
 
 #include "baton/communicator.h"
+#include "baton/model_tensors.h"
 #include "config/config.h"
 #include "baton/time.h"
 #include "trainer/init_checks.h"
@@ -39,13 +40,55 @@ std::vector<double> initial_lrs(const std::vector<NamedOptimizer>& optimizers) {
   return lrs;
 }
 
-// The run's optimizers: the model's own, or the one given (named "optimizer"); never both.
-std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer) {
+// "trainer: sharding \"zero2\"": how the errors about a sharded run start.
+std::string sharding_text(const TrainerOptions& options) {
+  return std::string("trainer: sharding \"") + sharding_name(options.sharding) + "\"";
+}
+
+// Sharding zero1 / zero2: the step over this rank's shards of the model's parameters (on the run's device, where
+// the shards are made), else null. What it cannot run with is refused here, before anything is built over it.
+std::unique_ptr<sharding::ShardedStep> sharded_step(const TrainerOptions& options, const Model& model,
+                                                    torch::nn::Module& module, const at::Device& device) {
+  if (options.sharding == Sharding::none) return nullptr;
+  const std::string mode = sharding_text(options);
+  if (!options.resume.empty())
+    throw Error(mode + " cannot resume (resume = \"" + options.resume +
+                "\"): each rank holds only its shard of the optimizer state, and sharded checkpoints are not built "
+                "yet");
+  if (model.training_step())
+    throw Error(mode + ": the model trains by its own training step, which steps its optimizers over the model's "
+                "parameters; a sharded run steps each rank's shard (use sharding = \"none\")");
+  if (!model.optimizers().empty())
+    throw Error(mode + ": the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
+                "), built over the model's parameters; a sharded run builds one optimizer over each rank's shard " +
+                "(TrainerOptions::optimizer_factory; use sharding = \"none\" for the model's own)");
+  module.to(device);
+  const sharding::ZeroStage stage =
+      options.sharding == Sharding::zero1 ? sharding::ZeroStage::zero1 : sharding::ZeroStage::zero2;
+  return std::make_unique<sharding::ShardedStep>(named_model_tensors(module, /*buffers=*/false),
+                                                 options.communicator.get(), stage);
+}
+
+// The run's optimizers: the model's own, the one given (named "optimizer"), or the one TrainerOptions'
+// optimizer_factory builds over the model's parameters or, sharded, over this rank's shard; one of them only.
+std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                           const TrainerOptions& options, const sharding::ShardedStep* sharded) {
+  const OptimizerBuilder& factory = options.optimizer_factory;
   if (!model.optimizers().empty()) {
-    if (optimizer)
+    if (optimizer || factory)
       throw Error("the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
                   "), so the trainer's optimizer would be ignored: pass none");
     return model.optimizers();
+  }
+  if (optimizer && factory)
+    throw Error("the trainer got an optimizer and TrainerOptions::optimizer_factory: pass one of them");
+  if (sharded && optimizer)
+    throw Error(sharding_text(options) + " steps each rank's shard of the parameters, so its optimizer is built " +
+                "over that shard: pass TrainerOptions::optimizer_factory (called with the tensors to step) and a " +
+                "null optimizer, not an optimizer built over the model's parameters");
+  if (factory) {
+    optimizer = factory(sharded ? sharded->shard_parameters() : model.ptr()->parameters());
+    if (!optimizer) throw Error("TrainerOptions::optimizer_factory returned no optimizer");
   }
   if (!optimizer) throw Error("the trainer needs an optimizer");
   return {NamedOptimizer{"optimizer", std::move(optimizer)}};
@@ -114,7 +157,8 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       device(options.device),
       model(std::move(model_in)),
       module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
-      optimizers(run_optimizers(model, std::move(optimizer_in))),
+      sharded(sharded_step(options, model, *module, device)),
+      optimizers(run_optimizers(model, std::move(optimizer_in), options, sharded.get())),
       optimizer(optimizers.front().optimizer),
       train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
       eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
@@ -309,7 +353,16 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
   for (const auto& existing : impl_->plugins)
     if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
   impl_->engine.add(EngineEntry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())});
+  const std::size_t replicated_before = impl_->declarations.replicated_only_reasons().size();
   collect_declarations(*plugin, id, impl_->declarations);
+  // A plugin that reads the model's gradients after the reduce, or writes its weights during training, would act
+  // on what a sharded step no longer uses: refused by `baton check` and `baton train` alike (both add plugins).
+  if (impl_->sharded && impl_->declarations.replicated_only_reasons().size() > replicated_before)
+    throw PluginError("plugin '" + id + "' does not work under distributed.sharding = \"" +
+                      sharding_name(impl_->options.sharding) + "\": it " +
+                      impl_->declarations.replicated_only_reasons().back() +
+                      ", while the optimizer steps each rank's shard of the averaged gradients (use sharding = "
+                      "\"none\")");
   impl_->state.facts.add_plugin(id);
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }

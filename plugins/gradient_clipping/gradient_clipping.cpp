@@ -73,7 +73,12 @@ class GradientClipping final : public baton::Algorithm {
   void subscribe(baton::Subscriptions& events) override {
     events.on(Event::after_train_batch, this, &GradientClipping::clip);
   }
-  void declare(baton::Declarations& run) const override { run.metric("gradient_clipping/grad_norm"); }
+  void declare(baton::Declarations& run) const override {
+    run.metric("gradient_clipping/grad_norm");
+    // Sharded, the model's .grad is not what the optimizer steps (zero2 releases it), and the norm must be the
+    // global one over every rank's shard: not built yet.
+    run.replicated_only("clips the model's gradients after the reduce");
+  }
 
   void clip(baton::State& state, baton::Logger& logger) {
     if (state.facts.model() == nullptr) throw baton::Error("gradient_clipping: State::model is null");

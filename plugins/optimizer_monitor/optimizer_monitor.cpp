@@ -37,6 +37,8 @@ class OptimizerMonitor final : public baton::Callback {
       run.metric(std::string("l2_norm/") + kind + "/global");
       if (per_layer_) run.metric_family(std::string("l2_norm/") + kind + "/");
     }
+    // Sharded, the model's .grad after the reduce is the rank's own (zero1) or gone (zero2).
+    run.replicated_only("reads the model's gradients after the reduce");
   }
 
   void init(baton::State& state, baton::Logger&) override {

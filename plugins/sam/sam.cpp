@@ -44,7 +44,10 @@ class Sam final : public baton::Algorithm {
         [this](const baton::State& state) { return (state.progress.now.batch + 1) % interval_ == 0; },
         [this](baton::State& state, baton::Logger& logger) { ascend(state, logger); });
   }
-  void declare(baton::Declarations& run) const override { run.metric("sam/grad_norm"); }
+  void declare(baton::Declarations& run) const override {
+    run.metric("sam/grad_norm");
+    run.replicated_only("reads the model's gradients after the reduce and moves its weights inside the step");
+  }
 
   void ascend(baton::State& state, baton::Logger& logger) {
     if (state.facts.model() == nullptr) throw baton::Error("sam: State::model is null");

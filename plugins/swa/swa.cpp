@@ -102,7 +102,11 @@ class Swa final : public baton::Algorithm {
     events.on(Event::epoch_end, this, &Swa::on_epoch_end);
     events.on(Event::fit_end, this, &Swa::on_fit_end);
   }
-  void declare(baton::Declarations& run) const override { run.metric("swa/updates"); }
+  void declare(baton::Declarations& run) const override {
+    run.metric("swa/updates");
+    // The shards would still hold the weights it replaced, and the next all-gather would undo the average.
+    run.replicated_only("writes the averaged weights into the model during training (at swa_end)");
+  }
 
   void state_dict(baton::StateDict& out) const override {
     out.set_int("updates", updates_);

@@ -22,6 +22,19 @@ namespace baton {
 /// optimizer state and an EMA stay fp32 in every one.
 enum class Precision { fp32, amp_bf16, amp_fp16, automatic };
 
+/// How a data-parallel run splits its training state across the ranks (ZeRO's stages; FSDP2's names beside them):
+/// none, every rank holds the whole model, its gradients and optimizer state (DDP); zero1, each rank keeps the
+/// optimizer state of its shard only, the gradients are reduce-scattered, each rank steps its shard and the
+/// parameters are all-gathered (FSDP has no name for it); zero2, the full gradients are released after the reduce
+/// too (FSDP1's SHARD_GRAD_OP, FSDP2's reshard_after_forward=False); zero3, the parameters are sharded at rest (FSDP2's
+/// reshard_after_forward=True): named so that a config asking for it is told it is not built yet.
+enum class Sharding { none, zero1, zero2, zero3 };
+
+/// "none", "zero1", "zero2", "zero3".
+BATON_API const char* sharding_name(Sharding sharding);
+/// The sharding named `name`; none for any other text.
+BATON_API std::optional<Sharding> sharding_from_name(std::string_view name);
+
 /// The precision a run trains in, and why: what "auto" chose on the run's device, or the configured one.
 struct PrecisionChoice {
   Precision precision = Precision::fp32;  // never automatic
@@ -63,6 +76,10 @@ struct TrainerSettings {
   Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
   std::int64_t keep_last = 0;                     // >= 0; 0 keeps every checkpoint
   std::string checkpoint_dir;                     // "": <run folder>/checkpoints
+  /// [distributed] sharding (docs/distributed.md). zero1 and zero2 build the optimizer over the rank's shard (the
+  /// Trainer needs TrainerOptions::optimizer_factory for that) and save no checkpoints yet (save_interval 0, no
+  /// resume); zero3 is refused. A world of one runs the same sharded step without collectives.
+  Sharding sharding = Sharding::none;
 
   /// The batches the loader fetches ahead: `prefetch`, or two per worker (two with none) when it is 0.
   std::int64_t prefetch_batches() const { return prefetch > 0 ? prefetch : 2 * (workers > 0 ? workers : 1); }
@@ -78,7 +95,8 @@ struct SettingProblem {
 };
 
 /// Every problem of `settings`, in the order of the members above (empty when there is none): ranges, the time
-/// units each interval takes, the device's form, prefetch against workers, amp_fp16 on a CUDA device.
+/// units each interval takes, the device's form, prefetch against workers, amp_fp16 on a CUDA device, periodic
+/// saves and zero3 under sharding.
 BATON_API std::vector<SettingProblem> setting_problems(const TrainerSettings& settings);
 
 /// The most loader threads a setting may ask for: more than the cores can pay for a dataset that waits on

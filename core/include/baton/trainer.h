@@ -43,6 +43,12 @@ struct BATON_API EvalSet {
   std::optional<Time> interval;           // none: TrainerOptions::eval_interval; 0 evaluates it only when asked
 };
 
+/// Builds the run's optimizer over the tensors it is given: the model's parameters, or, under sharding (zero1,
+/// zero2), the rank's shard of them (one flat tensor per dtype), which the optimizer then steps. `baton train`
+/// builds one from the registry and [optimizer].
+using OptimizerBuilder =
+    std::function<std::shared_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& parameters)>;
+
 /// Everything a Trainer is told: the settings a config file also sets (baton/settings.h: durations, intervals,
 /// batch sizes, the loader, device, precision, checkpoints; their defaults and checks are the config's), and what
 /// only a program gives (the components built in code, the process group, the loggers).
@@ -71,6 +77,10 @@ struct TrainerOptions : TrainerSettings {
   int world_size = 1;
   /// A data-parallel run's process group; when set, rank and world_size come from it. Null: a single process.
   std::shared_ptr<Communicator> communicator;
+  /// The optimizer as a builder, called once by the Trainer with the tensors it is to step (OptimizerBuilder),
+  /// instead of the Trainer's `optimizer` argument, which must then be null. A sharded run (sharding zero1 or
+  /// zero2) needs it: its optimizer steps each rank's shard, which exists only inside the Trainer.
+  OptimizerBuilder optimizer_factory;
   /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.

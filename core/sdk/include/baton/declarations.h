@@ -63,6 +63,12 @@ class BATON_API Declarations {
   /// the raw weights beside the average); its metrics are logged as "<label>/<metric>".
   void eval_pass(const std::string& label);
 
+  /// The plugin works only when every rank holds the whole training state (distributed.sharding = "none"): it reads
+  /// or changes the model's gradients after they are reduced, or writes the model's weights during training, which
+  /// a sharded step (zero1, zero2) neither uses nor keeps. `what` completes "it ...": "clips the model's gradients
+  /// after the reduce". A sharded run refuses the plugin, naming it, the mode and `what`.
+  void replicated_only(const std::string& what);
+
   // What was declared, in order, each once (for baton and tests).
   const std::vector<std::string>& metrics() const;
   const std::map<std::string, bool>& directions() const;
@@ -70,6 +76,8 @@ class BATON_API Declarations {
   const std::vector<WatchedMetric>& watched() const;
   const std::vector<std::string>& weight_sets() const;
   const std::vector<std::string>& eval_passes() const;
+  /// What each replicated_only() call said, in order.
+  const std::vector<std::string>& replicated_only_reasons() const;
 
  private:
   struct Data;

@@ -1,0 +1,162 @@
+// The Trainer under sharding zero1 / zero2 in one process (the sharded step without collectives): the optimizer
+// built by TrainerOptions::optimizer_factory over the rank's shard trains as the unsharded run does, and what a
+// sharded run cannot do yet is refused with its reason. Two ranks are tested end to end in tests/distributed_test.cpp.
+#include "baton_test.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Context.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include "baton/declarations.h"
+#include "baton/trainer.h"
+#include "baton/builtin_datasets.h"
+#include "baton/models.h"
+#include "small_trainer.h"
+
+using baton::Sharding;
+using baton::Time;
+using baton::TimeUnit;
+using baton::test::quiet_options;
+
+namespace {
+
+std::shared_ptr<const baton::Dataset> train_data() {
+  return std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(96, 7));
+}
+std::shared_ptr<const baton::Dataset> eval_data() {
+  return std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(50, 8));
+}
+
+baton::Model convnet() {
+  at::manual_seed(5);
+  baton::ModelSpec spec;
+  spec.name = "convnet";
+  spec.widths = {4, 8};
+  return baton::make_model(spec);
+}
+
+baton::TrainerOptions options_for(Sharding sharding) {
+  baton::TrainerOptions o = quiet_options();
+  o.save_interval = Time(0, TimeUnit::epoch);  // a sharded run saves no checkpoints yet
+  o.sharding = sharding;
+  return o;
+}
+
+std::shared_ptr<torch::optim::Optimizer> adam(const std::vector<at::Tensor>& parameters) {
+  return std::make_shared<torch::optim::Adam>(parameters, torch::optim::AdamOptions(0.01).weight_decay(0.01));
+}
+std::shared_ptr<torch::optim::Optimizer> sgd(const std::vector<at::Tensor>& parameters) {
+  return std::make_shared<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.05).momentum(0.9));
+}
+
+// The model's parameters and buffers after a 2-epoch run with the optimizer `factory` builds.
+baton::test::Weights trained(Sharding sharding, baton::OptimizerBuilder factory, std::int64_t microbatch = 0) {
+  baton::TrainerOptions o = options_for(sharding);
+  o.optimizer_factory = std::move(factory);
+  o.microbatch_size = microbatch;
+  baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
+  trainer.fit();
+  return baton::test::copy_state(trainer.model());
+}
+
+// The largest relative difference between two models' tensors: per tensor max|a - b| / max|b|. The flat shard and
+// the per-tensor step run the same element-wise arithmetic, but a vectorised kernel may round an element at another
+// position of its vector differently (a fused multiply-add), so equality is asked to 1e-6, not bit for bit.
+double max_relative_difference(const baton::test::Weights& a, const baton::test::Weights& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : b) {
+    REQUIRE(a.count(name) == 1);
+    const double scale = tensor.abs().max().item<double>();
+    const double difference = a.at(name).sub(tensor).abs().max().item<double>();
+    worst = std::max(worst, scale > 0 ? difference / scale : difference);
+  }
+  return worst;
+}
+
+// A plugin that says it reads the model's gradients after the reduce.
+struct GradientReader : baton::Callback {
+  void declare(baton::Declarations& run) const override { run.replicated_only("reads the model's gradients"); }
+};
+
+}  // namespace
+
+TEST_SUITE("trainer") {
+  TEST_CASE("issue 38: zero1 and zero2 in one process train as sharding none, with SGD momentum and Adam") {
+    const baton::test::Weights initial = baton::test::copy_state(*convnet().ptr());
+    for (const auto& entry : std::vector<std::pair<std::string, baton::OptimizerBuilder>>{{"sgd", sgd}, {"adam", adam}}) {
+      const std::string name = entry.first;
+      const baton::OptimizerBuilder factory = entry.second;
+      const baton::test::Weights reference = trained(Sharding::none, factory);
+      CHECK_FALSE(baton::test::bitwise_equal(reference, initial));  // it trained
+      for (Sharding mode : {Sharding::zero1, Sharding::zero2}) {
+        CAPTURE(name);
+        const std::string mode_name = baton::sharding_name(mode);
+        CAPTURE(mode_name);
+        const double relative = max_relative_difference(trained(mode, factory), reference);
+        MESSAGE(name << " " << mode_name << ": max relative difference to sharding none = " << relative);
+        CHECK(relative <= 1e-6);
+      }
+    }
+    // Microbatches accumulate in the model's .grad and are reduced once, after the last one (zero2 then releases it).
+    CHECK(max_relative_difference(trained(Sharding::zero2, sgd, 8), trained(Sharding::none, sgd, 8)) <= 1e-6);
+  }
+
+  TEST_CASE("issue 38: what a sharded run refuses, with the reason") {
+    const auto refused = [](baton::TrainerOptions o, std::shared_ptr<torch::optim::Optimizer> optimizer,
+                            baton::Model model) -> std::string {
+      try {
+        baton::Trainer trainer(std::move(model), std::move(optimizer), train_data(), eval_data(), std::move(o));
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+      return "";
+    };
+    baton::Model model = convnet();
+    // A ready-made optimizer steps the model's parameters, not the shard.
+    const std::string ready = refused(options_for(Sharding::zero1), sgd(model.ptr()->parameters()), model);
+    CHECK(ready.rfind("trainer: sharding \"zero1\" steps each rank's shard of the parameters", 0) == 0);
+    CHECK(ready.find("pass TrainerOptions::optimizer_factory") != std::string::npos);
+    // Both ways at once is ambiguous, sharded or not.
+    baton::TrainerOptions both = options_for(Sharding::none);
+    both.optimizer_factory = sgd;
+    CHECK(refused(both, sgd(model.ptr()->parameters()), model) ==
+          "the trainer got an optimizer and TrainerOptions::optimizer_factory: pass one of them");
+    // Checkpoints: periodic saves (the default 1ep) and resuming.
+    baton::TrainerOptions saving = options_for(Sharding::zero2);
+    saving.save_interval = Time(1, TimeUnit::epoch);
+    saving.optimizer_factory = sgd;
+    CHECK(refused(saving, nullptr, model).rfind(
+              "trainer: save_interval: expected 0 under distributed.sharding = \"zero2\"", 0) == 0);
+    baton::TrainerOptions resuming = options_for(Sharding::zero2);
+    resuming.resume = "auto";
+    resuming.optimizer_factory = sgd;
+    CHECK(refused(resuming, nullptr, model) ==
+          "trainer: sharding \"zero2\" cannot resume (resume = \"auto\"): each rank holds only its shard of the "
+          "optimizer state, and sharded checkpoints are not built yet");
+    baton::TrainerOptions zero3 = options_for(Sharding::zero3);
+    zero3.optimizer_factory = sgd;
+    CHECK(refused(zero3, nullptr, model).find("(zero3, parameters sharded at rest and gathered per unit, is not built "
+                                              "yet), got zero3") != std::string::npos);
+    // A plugin that needs the whole gradients is refused as it is added (baton check adds plugins too).
+    baton::TrainerOptions plugin_run = options_for(Sharding::zero2);
+    plugin_run.optimizer_factory = sgd;
+    baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), plugin_run);
+    CHECK_THROWS_WITH_AS(trainer.add_plugin("grads", std::make_shared<GradientReader>()),
+                         "plugin 'grads' does not work under distributed.sharding = \"zero2\": it reads the model's "
+                         "gradients, while the optimizer steps each rank's shard of the averaged gradients (use "
+                         "sharding = \"none\")",
+                         baton::PluginError);
+    baton::Trainer unsharded(convnet(), nullptr, train_data(), eval_data(), [] {
+      baton::TrainerOptions o = options_for(Sharding::none);
+      o.optimizer_factory = sgd;
+      return o;
+    }());
+    CHECK_NOTHROW(unsharded.add_plugin("grads", std::make_shared<GradientReader>()));
+  }
+}
