@@ -33,6 +33,33 @@ at::Tensor counting(std::vector<std::int64_t> shape, at::ScalarType dtype, doubl
 }  // namespace
 
 TEST_SUITE("sharded step") {
+  TEST_CASE("load_parameters: the shards take the model's values replaced outside the step (a broadcast)") {
+    run_ranks(2, [&](std::shared_ptr<Communicator> group) {
+      const int r = group->rank();
+      CAPTURE(r);
+      // 7 rows over 2 ranks: rank 0 holds rows 0-3, rank 1 rows 4-6 and one row of padding.
+      NamedTensors parameters{{"w", counting({7, 3}, at::kFloat, 1).requires_grad_(true)}};
+      ShardedStep sharded(parameters, group.get(), ZeroStage::zero1);
+      {
+        c10::NoGradGuard no_grad;
+        parameters[0].second.copy_(counting({7, 3}, at::kFloat, 1000));  // as the trainer's broadcast writes
+      }
+      sharded.load_parameters();
+      const at::Tensor expected = counting({7, 3}, at::kFloat, 1000).narrow(0, r == 0 ? 0 : 4, r == 0 ? 4 : 3);
+      CHECK(sharded.shard_of("w").equal(expected));
+      // The padding row stays zero, and a gather gives the replaced values back whole.
+      const at::Tensor& buffer = sharded.shard_parameter(at::kFloat);
+      CHECK(buffer.numel() == 12);
+      if (r == 1) CHECK(buffer.detach().narrow(0, 9, 3).eq(0).all().item<bool>());
+      {
+        c10::NoGradGuard no_grad;
+        parameters[0].second.zero_();
+      }
+      sharded.gather_parameters();
+      CHECK(parameters[0].second.equal(counting({7, 3}, at::kFloat, 1000)));
+    });
+  }
+
   TEST_CASE("two dtypes: one reduce-scatter and one all-gather each; frozen parameters are left alone") {
     // Gradients are set by hand: rank r's gradient of every parameter is (r + 1) times its values' pattern, so the
     // mean over W = 2 ranks is 1.5 times the pattern, exact in float and double.
