@@ -26,6 +26,29 @@ constexpr std::pair<Precision, const char*> kPrecisions[] = {
 constexpr std::pair<Sharding, const char*> kShardings[] = {
     {Sharding::none, "none"}, {Sharding::zero1, "zero1"}, {Sharding::zero2, "zero2"}, {Sharding::zero3, "zero3"}};
 
+// An enum setting's names, from its one list: each lookup goes through the list, so a name added there is known
+// to parsing, writing and the error's choices at once.
+template <class Enum, std::size_t N>
+const char* name_of(const std::pair<Enum, const char*> (&names)[N], Enum value) {
+  for (const auto& [v, name] : names)
+    if (v == value) return name;
+  return names[0].second;  // not reached: every enumerator is listed
+}
+
+template <class Enum, std::size_t N>
+std::optional<Enum> value_named(const std::pair<Enum, const char*> (&names)[N], std::string_view name) {
+  for (const auto& [v, text] : names)
+    if (name == text) return v;
+  return std::nullopt;
+}
+
+template <class Enum, std::size_t N>
+std::vector<std::string> names_of(const std::pair<Enum, const char*> (&names)[N]) {
+  std::vector<std::string> out;
+  for (const auto& entry : names) out.emplace_back(entry.second);
+  return out;
+}
+
 // What the setting's own rule expects when its value breaks it, else "".
 std::string own_rule_problem(const TrainerSettings& s, const Setting& setting) {
   const settings_table::Rule& rule = setting.rule;
@@ -48,45 +71,17 @@ std::string own_rule_problem(const TrainerSettings& s, const Setting& setting) {
 
 }  // namespace
 
-const char* precision_name(Precision precision) {
-  for (const auto& [p, name] : kPrecisions)
-    if (p == precision) return name;
-  return "fp32";  // not reached: every enumerator is listed
-}
-
-std::optional<Precision> precision_from_name(std::string_view name) {
-  for (const auto& [p, text] : kPrecisions)
-    if (name == text) return p;
-  return std::nullopt;
-}
-
+const char* precision_name(Precision precision) { return name_of(kPrecisions, precision); }
+std::optional<Precision> precision_from_name(std::string_view name) { return value_named(kPrecisions, name); }
 const std::vector<std::string>& settings_table::precision_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& entry : kPrecisions) out.emplace_back(entry.second);
-    return out;
-  }();
+  static const std::vector<std::string> names = names_of(kPrecisions);
   return names;
 }
 
-const char* sharding_name(Sharding sharding) {
-  for (const auto& [v, name] : kShardings)
-    if (v == sharding) return name;
-  return "none";  // not reached: every enumerator is listed
-}
-
-std::optional<Sharding> sharding_from_name(std::string_view name) {
-  for (const auto& [v, text] : kShardings)
-    if (name == text) return v;
-  return std::nullopt;
-}
-
+const char* sharding_name(Sharding sharding) { return name_of(kShardings, sharding); }
+std::optional<Sharding> sharding_from_name(std::string_view name) { return value_named(kShardings, name); }
 const std::vector<std::string>& settings_table::sharding_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& entry : kShardings) out.emplace_back(entry.second);
-    return out;
-  }();
+  static const std::vector<std::string> names = names_of(kShardings);
   return names;
 }
 
