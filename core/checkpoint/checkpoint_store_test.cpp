@@ -1,4 +1,5 @@
 #include "baton_test.h"
+#include "error_text.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -72,7 +73,7 @@ std::string checkpoint_error_of(const std::string& path) {
   return "<no CheckpointError>";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "baton_test.h"
+#include "error_text.h"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -69,7 +70,7 @@ std::string problem_of_bytes(const fs::path& dir, const std::string& bytes) {
   return problem_of(path);
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 bool python3_on_path() {
   const char* path = std::getenv("PATH");

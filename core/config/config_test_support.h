@@ -9,6 +9,7 @@
 
 #include "baton/time.h"
 #include "config/config.h"
+#include "error_text.h"
 
 namespace baton::config_test {
 
@@ -46,9 +47,7 @@ inline RunConfig parse(const std::string& text, const std::vector<std::string>& 
   return parse_config(text, "cfg.toml", overrides);
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using baton::test::contains;
 
 inline std::filesystem::path scratch(const std::string& name) {
   auto dir = std::filesystem::path(BATON_BINARY_DIR) / "test-scratch" / ("config-" + name);

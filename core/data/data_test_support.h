@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "baton_test.h"
+#include "error_text.h"
 
 namespace baton::data_test {
 
@@ -24,8 +25,6 @@ inline void write_gz(const std::filesystem::path& path, const std::vector<std::u
   gzclose(out);
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using baton::test::contains;
 
 }  // namespace baton::data_test

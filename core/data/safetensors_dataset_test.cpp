@@ -31,7 +31,7 @@ using baton::test::error_text;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 // Writes, in `dir`: data.safetensors with 6 rows of tensors of many dtypes, eval.safetensors with 2 more rows of
 // the same inputs and targets (rows 6 and 7 of the same formulas), and other.safetensors whose inputs have another

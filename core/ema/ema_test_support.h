@@ -11,6 +11,7 @@
 
 #include "baton/ema.h"
 #include "baton_test.h"
+#include "error_text.h"
 
 namespace baton::ema_test {
 
@@ -102,7 +103,7 @@ inline bool same_as(const torch::nn::Module& model, const std::vector<at::Tensor
   return true;
 }
 
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 // Runs k updates over the weight sequence of set_all.
 inline void run_updates(baton::ExponentialMovingAverage& ema, Net& net, int k) {

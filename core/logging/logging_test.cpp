@@ -1,4 +1,5 @@
 #include "baton_test.h"
+#include "error_text.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -43,7 +44,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 std::size_t count_of(const std::string& text, char c) {
   return static_cast<std::size_t>(std::count(text.begin(), text.end(), c));

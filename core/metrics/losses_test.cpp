@@ -15,7 +15,8 @@
 
 using namespace baton;
 
-namespace {
+// A namespace of its own: metrics_test.cpp has helpers of the same names (and may share a unity build's file).
+namespace losses_test {
 
 Components registered() {
   Components c;
@@ -101,7 +102,6 @@ constexpr double kBce = 0.40933191329195706;
 
 doctest::Approx near(double expected) { return doctest::Approx(expected).epsilon(1e-6); }
 
-}  // namespace
 
 TEST_SUITE("losses") {
   TEST_CASE("all five losses are registered with a description") {
@@ -224,3 +224,5 @@ TEST_SUITE("losses") {
     }
   }
 }
+
+}  // namespace losses_test

@@ -19,7 +19,7 @@ using baton::test::error_text;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 }  // namespace
 

@@ -18,10 +18,10 @@ constexpr double kMaxCount = 9007199254740992.0;
 
 const char* kValidUnits = "ep, ba, sp, tok, iter (integers) or dur (fraction of the run)";
 
-std::string quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
 [[noreturn]] void bad_time(std::string_view text, const std::string& why) {
-  throw TimeError("invalid time " + quoted(text) + ": " + why + "; expected <number><unit> with unit one of " +
+  throw TimeError("invalid time " + in_quotes(text) + ": " + why + "; expected <number><unit> with unit one of " +
                   kValidUnits + ", e.g. \"2ep\", \"500ba\", \"0.5dur\"");
 }
 
@@ -84,7 +84,7 @@ std::string_view unit_suffix(TimeUnit unit) noexcept {
 Time::Time(double value, TimeUnit unit) : value_(value), unit_(unit) {
   const std::string problem = value_problem(value, unit);
   if (!problem.empty())
-    throw TimeError("invalid time " + quoted(format_exact(value) + std::string(unit_suffix(unit))) + ": " +
+    throw TimeError("invalid time " + in_quotes(format_exact(value) + std::string(unit_suffix(unit))) + ": " +
                     problem);
 }
 
@@ -106,7 +106,7 @@ Time Time::parse(std::string_view text) {
       known = true;
     }
   }
-  if (!known) bad_time(text, suffix.empty() ? "the unit is missing" : "unknown unit " + quoted(suffix));
+  if (!known) bad_time(text, suffix.empty() ? "the unit is missing" : "unknown unit " + in_quotes(suffix));
   const double value = std::strtod(std::string(number).c_str(), nullptr);
   const std::string problem = value_problem(value, unit);
   if (!problem.empty()) bad_time(text, problem);
@@ -115,7 +115,7 @@ Time Time::parse(std::string_view text) {
 
 std::int64_t Time::count() const {
   if (unit_ == TimeUnit::duration)
-    throw TimeError("time " + quoted(str()) + " is a fraction of the run, not a count");
+    throw TimeError("time " + in_quotes(str()) + " is a fraction of the run, not a count");
   return static_cast<std::int64_t>(value_);
 }
 
@@ -127,7 +127,7 @@ std::string Time::str() const {
 namespace {
 void require_same_unit(const Time& a, const Time& b) {
   if (a.unit() != b.unit())
-    throw TimeError("cannot compare times in different units: " + quoted(a.str()) + " and " + quoted(b.str()));
+    throw TimeError("cannot compare times in different units: " + in_quotes(a.str()) + " and " + in_quotes(b.str()));
 }
 }  // namespace
 
@@ -173,7 +173,7 @@ std::string format_timestamp(const Timestamp& t) {
 
 double Progress::fraction() const {
   if (max_duration.unit() == TimeUnit::duration)
-    throw TimeError("max_duration " + quoted(max_duration.str()) + " cannot be a fraction of itself");
+    throw TimeError("max_duration " + in_quotes(max_duration.str()) + " cannot be a fraction of itself");
   const double total = static_cast<double>(max_duration.count());
   if (total <= 0) return 1.0;
   double done = static_cast<double>(now.get(max_duration.unit()));

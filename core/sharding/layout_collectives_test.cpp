@@ -10,6 +10,7 @@
 #include "baton/communicator.h"
 #include "loopback_ranks.h"
 #include "sharding/layout.h"
+#include "tensor_values.h"
 
 using namespace baton;
 using baton::sharding::Layout;
@@ -28,10 +29,7 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-std::vector<double> values_of(const at::Tensor& t) {
-  at::Tensor d = t.to(at::kDouble).contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
+using baton::test::values_of;
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include "baton/error.h"
 #include "error_text.h"
 #include "sharding/layout.h"
+#include "tensor_values.h"
 
 using namespace baton;
 using baton::sharding::Layout;
@@ -43,10 +44,7 @@ std::vector<at::Tensor> numbered(const std::vector<TensorSpec>& specs) {
   return out;
 }
 
-std::vector<double> values_of(const at::Tensor& t) {
-  at::Tensor d = t.to(at::kDouble).contiguous();
-  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-}
+using baton::test::values_of;
 
 struct Expected {
   RowRange rows[4];  // by rank

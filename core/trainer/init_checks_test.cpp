@@ -76,7 +76,7 @@ std::unique_ptr<baton::Trainer> asking_for(const std::string& weights) {
   return make_trainer(options, "mlp");
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using baton::test::contains;
 
 std::string config_error_of(baton::Trainer& trainer, const std::function<void(baton::Trainer&)>& call) {
   try {

@@ -8,6 +8,9 @@
 
 namespace baton::test {
 
+/// Whether `part` occurs in `text`: what a test of a message checks.
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 template <class E = baton::Error, class F>
 std::string error_text(F&& f) {
   try {
