@@ -86,7 +86,7 @@ double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
 }
 
 // A sharded (or not) run of the same data and model as write_config's: `sharding` in [distributed], `optimizer`
-// the [optimizer] table's keys, no checkpoints (a sharded run saves none yet), `extra` appended.
+// the [optimizer] table's keys, no checkpoints (unless --set), `extra` appended.
 void write_sharded_config(const fs::path& file, const std::string& name, const std::string& sharding,
                           const std::string& optimizer, const std::string& extra = "") {
   std::ofstream(file) << "[run]\nname = \"" << name << "\"\ndir = \"runs\"\nseed = 7\n"
@@ -640,13 +640,6 @@ TEST_SUITE("distributed_cli") {
       CHECK(r.out.find("distributed.sharding: expected \"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded "
                        "at rest and gathered per unit, is not built yet), got string \"zero3\"") != std::string::npos);
     }
-    // The default save_interval (1ep): refused at checkpoint.save_interval.
-    std::ofstream(dir / "saves.toml") << "[optimizer]\n" << sgd << "[distributed]\nsharding = \"zero1\"\n";
-    Result saves = run_baton(dir, {"check", "saves.toml"});
-    INFO(saves.out);
-    CHECK(saves.status == 2);
-    CHECK(saves.out.find("checkpoint.save_interval: expected 0 under distributed.sharding = \"zero1\"") !=
-          std::string::npos);
     // A plugin that reads the model's gradients after the reduce.
     write_sharded_config(dir / "clip.toml", "clip", "zero2", sgd,
                          "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"norm\"\n"
@@ -665,11 +658,38 @@ TEST_SUITE("distributed_cli") {
     Result unsharded = run_baton(dir, {"check", "clip-none.toml"});
     INFO(unsharded.out);
     CHECK(unsharded.status == 0);
-    // Resuming.
-    write_sharded_config(dir / "resume.toml", "resume", "zero1", sgd);
-    Result resumed = run_baton(dir, {"train", "resume.toml", "--resume", "auto"});
-    INFO(resumed.out);
-    CHECK(resumed.status != 0);
-    CHECK(resumed.out.find("trainer: sharding \"zero1\" cannot resume (resume = \"auto\")") != std::string::npos);
+  }
+
+  TEST_CASE("issue 38: a zero2 run over 2 ranks resumed from its shard files ends bitwise as the uninterrupted one") {
+    auto dir = baton::test::scratch_dir("dist-zero-resume");
+    const std::string adam = "name = \"adam\"\nlr = 0.01\n";
+    for (const std::string name : {"straight", "resumed"})
+      write_sharded_config(dir / (name + ".toml"), name, "zero2", adam, kEma);
+    const std::vector<std::string> saving = {"--set", "checkpoint.save_interval=1ep"};
+    const auto launch = [&](std::vector<std::string> args) {
+      std::vector<std::string> all = {"launch", "--nproc", "2", "train"};
+      all.insert(all.end(), args.begin(), args.end());
+      all.insert(all.end(), saving.begin(), saving.end());
+      Result r = run_baton(dir, all);
+      INFO(r.out);
+      REQUIRE(r.status == 0);
+      return r.out;
+    };
+    launch({"straight.toml"});
+    launch({"resumed.toml", "--set", "trainer.max_duration=1ep"});
+    const std::string out = launch({"resumed.toml", "--resume", "auto"});
+    CHECK(out.find("[rank 0] resumed from runs/resumed/checkpoints/ep1 at ep 1 ba 8") != std::string::npos);
+    const fs::path runs = dir / "runs";
+    CHECK(max_relative_difference(runs / "resumed", runs / "straight") == 0);
+    CHECK(max_relative_difference(runs / "resumed", runs / "straight", "ema.safetensors") == 0);
+    // Each rank wrote its own files into the checkpoint.
+    for (const std::string kind : {"model", "optimizer"})
+      for (const std::string rank : {"00000", "00001"})
+        CHECK(fs::exists(runs / "resumed" / "checkpoints" / "ep1" / (kind + "-shard-" + rank + "-of-00002.safetensors")));
+    // One process cannot continue 2 ranks' optimizer shards until resharding is built: refused, saying what can.
+    Result alone = run_baton(dir, {"train", "resumed.toml", "--resume", "runs/resumed/checkpoints/ep1"});
+    INFO(alone.out);
+    CHECK(alone.status != 0);
+    CHECK(alone.out.find("was written by a run sharded (zero2) over 2 rank(s)") != std::string::npos);
   }
 }

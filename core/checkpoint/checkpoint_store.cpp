@@ -164,7 +164,8 @@ Meta parse_meta(const std::string& checkpoint) {
   return out;
 }
 
-void verify_file(const std::string& checkpoint, const FileMeta& file) {
+// Present at the size meta.json records: all that is checked of a file the reader does not read.
+void verify_size(const std::string& checkpoint, const FileMeta& file) {
   const fs::path path = fs::path(checkpoint) / file.name;
   std::error_code error;
   const auto bytes = fs::file_size(path, error);
@@ -173,6 +174,11 @@ void verify_file(const std::string& checkpoint, const FileMeta& file) {
     corrupt(checkpoint, file.name + ": size is " + std::to_string(bytes) + " bytes, meta.json says " +
                             std::to_string(file.bytes) + " (file truncated or overwritten)");
   }
+}
+
+void verify_file(const std::string& checkpoint, const FileMeta& file) {
+  const fs::path path = fs::path(checkpoint) / file.name;
+  verify_size(checkpoint, file);
   std::uint32_t crc = 0;
   try {
     crc = crc32_of_file(path.string());
@@ -191,9 +197,15 @@ auto with_checkpoint_context(const std::string& checkpoint, const std::string& f
   }
 }
 
-Meta verify(const std::string& checkpoint) {
+bool reads(const FileFilter& read, const std::string& file) { return file == kStateFile || !read || read(file); }
+
+Meta verify(const std::string& checkpoint, const FileFilter& read) {
   Meta meta = parse_meta(checkpoint);
   for (const auto& file : meta.files) {
+    if (!reads(read, file.name)) {
+      verify_size(checkpoint, file);
+      continue;
+    }
     verify_file(checkpoint, file);
     const std::string path = (fs::path(checkpoint) / file.name).string();
     with_checkpoint_context(checkpoint, file.name, [&] { validate_safetensors(path); });
@@ -246,7 +258,8 @@ void check_save_names(const std::string& name, const CheckpointData& data) {
 }
 
 // Writes every file of the checkpoint into `folder`, each fsynced, meta.json last, then fsyncs the folder.
-void write_checkpoint_files(const fs::path& folder, const std::string& name, const CheckpointData& data) {
+void write_checkpoint_files(const fs::path& folder, const std::string& name, const CheckpointData& data,
+                            const std::vector<SharedFile>& shared) {
   NamedTensors state;
   for (const auto& [section, sd] : data.sections) {
     auto tensors = prefixed_tensors(section + "/", sd);
@@ -258,6 +271,16 @@ void write_checkpoint_files(const fs::path& folder, const std::string& name, con
   for (const auto& [file, sd] : data.files) {
     digest = write_safetensors((folder / file).string(), prefixed_tensors("", sd), state_dict_metadata(sd));
     files.push_back({file, digest.bytes, digest.crc32});
+  }
+  for (const SharedFile& file : shared) {
+    // Written by the ranks before this call: each must be there, whole, before meta.json commits it.
+    std::error_code error;
+    const auto bytes = fs::file_size(folder / file.name, error);
+    if (error) throw Error("shard file " + (folder / file.name).string() + " is missing: " + error.message());
+    if (bytes != file.bytes)
+      throw Error("shard file " + (folder / file.name).string() + " is " + std::to_string(bytes) +
+                  " bytes, its rank wrote " + std::to_string(file.bytes));
+    files.push_back({file.name, file.bytes, file.crc32});
   }
   const std::string meta = meta_text(name, data, files);
   DurableFileWriter writer((folder / kMetaFile).string());
@@ -274,6 +297,12 @@ void rename_or_throw(const fs::path& from, const fs::path& to) {
 
 std::string suffix_pid(const std::string& prefix, const std::string& name) {
   return prefix + name + "-" + std::to_string(::getpid());
+}
+
+// The folder a sharded save of `name` is built in: one name that every rank computes alike. A stale one (a save
+// that stopped before its commit) starts with the temporary prefix, so the next store over `dir` removes it.
+std::string shared_folder(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / (std::string(kTmpPrefix) + name + "-shared")).string();
 }
 
 // The checkpoint name inside a ".old-<name>-<pid>" folder name.
@@ -315,7 +344,8 @@ CheckpointStore::CheckpointStore(std::string dir, std::int64_t keep_last) : dir_
   }
 }
 
-std::string CheckpointStore::save(const std::string& name, const CheckpointData& data) {
+std::string CheckpointStore::save(const std::string& name, const CheckpointData& data,
+                                  const std::vector<SharedFile>& shared) {
   check_save_names(name, data);
   const fs::path dir(dir_);
   const fs::path final_path = dir / name;
@@ -330,14 +360,17 @@ std::string CheckpointStore::save(const std::string& name, const CheckpointData&
       // A damaged or incomplete folder under this name: the new checkpoint replaces it.
     }
   }
-  const fs::path temporary = dir / suffix_pid(kTmpPrefix, name);
+  // A sharded save is built in the folder the ranks wrote their files into; another in a folder of this process.
+  const fs::path temporary = shared.empty() ? dir / suffix_pid(kTmpPrefix, name) : fs::path(shared_folder(dir_, name));
   const fs::path parked = dir / suffix_pid(kOldPrefix, name);
   bool old_parked = false;
   try {
     fs::create_directories(dir);
-    fs::remove_all(temporary);
-    fs::create_directory(temporary);
-    write_checkpoint_files(temporary, name, data);
+    if (shared.empty()) {
+      fs::remove_all(temporary);
+      fs::create_directory(temporary);
+    }
+    write_checkpoint_files(temporary, name, data, shared);
     // Between these two renames <name> does not exist; a crash there leaves the previous version parked as
     // ".old-<name>-<pid>", which the next CheckpointStore over this folder renames back.
     if (fs::exists(final_path)) {
@@ -356,6 +389,24 @@ std::string CheckpointStore::save(const std::string& name, const CheckpointData&
   if (old_parked) fs::remove_all(parked, ignored);
   prune(final_path.string());
   return final_path.string();
+}
+
+SharedFile CheckpointStore::write_shared(const std::string& name, const std::string& file,
+                                         const StateDict& content) const {
+  CheckpointData probe;  // the names are checked as save() checks them
+  probe.files.emplace_back(file, StateDict());
+  check_save_names(name, probe);
+  const fs::path folder = shared_folder(dir_, name);
+  try {
+    std::error_code error;
+    fs::create_directories(folder, error);
+    if (error) throw Error("cannot create " + folder.string() + ": " + error.message());
+    const auto digest =
+        write_safetensors((folder / file).string(), prefixed_tensors("", content), state_dict_metadata(content));
+    return {file, digest.bytes, digest.crc32};
+  } catch (const std::exception& e) {
+    throw Error("cannot save checkpoint " + (fs::path(dir_) / name).string() + ": " + e.what());
+  }
 }
 
 void CheckpointStore::prune(const std::string& keep) const {
@@ -401,7 +452,8 @@ std::vector<CheckpointInfo> CheckpointStore::list(std::vector<SkippedCheckpoint>
   return out;
 }
 
-std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::string>& warnings) const {
+std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::string>& warnings,
+                                                            const FileFilter& read) const {
   std::vector<SkippedCheckpoint> skipped;
   const auto checkpoints = list(&skipped);
   for (const auto& folder : skipped)
@@ -414,7 +466,7 @@ std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::str
                             "one)");
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     try {
-      verify_checkpoint(it->path);
+      verify_checkpoint(it->path, read);
       return *it;
     } catch (const CheckpointError& e) {
       warnings.push_back(std::string("skipping corrupt checkpoint: ") + e.what());
@@ -423,10 +475,10 @@ std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::str
   return std::nullopt;
 }
 
-void verify_checkpoint(const std::string& path) { verify(path); }
+void verify_checkpoint(const std::string& path, const FileFilter& read) { verify(path, read); }
 
-CheckpointData load_checkpoint(const std::string& path) {
-  const Meta meta = verify(path);
+CheckpointData load_checkpoint(const std::string& path, const FileFilter& read) {
+  const Meta meta = verify(path, read);
   CheckpointData data;
   data.timestamp = meta.timestamp;
   data.config_text = meta.config;
@@ -446,7 +498,7 @@ CheckpointData load_checkpoint(const std::string& path) {
     data.sections.emplace_back(section.name, std::move(sd));
   }
   for (const auto& file : meta.files) {
-    if (file.name == kStateFile) continue;
+    if (file.name == kStateFile || !reads(read, file.name)) continue;
     auto contents = with_checkpoint_context(path, file.name, [&] { return read_safetensors((fs::path(path) / file.name).string()); });
     StateDict sd;
     for (auto& [key, tensor] : contents.tensors) sd.set_tensor(key, tensor);

@@ -7,7 +7,13 @@
 // A save builds the folder under a temporary name, fsyncs every file, then renames it into place and fsyncs
 // <dir>: a crash at any point leaves either the old set of checkpoints or the new one, never a half-written
 // checkpoint under a real name. Older checkpoints beyond keep_last are removed only after the new one is complete.
+//
+// A sharded run's checkpoint also holds each rank's shard files, which every rank writes into the folder being built
+// (write_shared) before rank 0 saves the rest and commits it all by meta.json and the rename: a save interrupted on
+// any rank leaves the previous checkpoints as they were. A reader may read only some of the files (FileFilter):
+// the others are checked to be there at their recorded size.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -47,6 +53,17 @@ struct SkippedCheckpoint {
   bool newer_format = false;  // written by a newer baton: never overwritten, and --resume auto stops at it
 };
 
+/// A file a rank wrote into a save in progress (CheckpointStore::write_shared), as meta.json records it.
+struct SharedFile {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+
+/// Which files of a checkpoint a reader reads (checksummed and loaded); the others are only checked to exist at
+/// their recorded size. Empty: every file.
+using FileFilter = std::function<bool(const std::string& file)>;
+
 class CheckpointStore {
  public:
   /// `dir` is created on the first save. Stale temporary folders of interrupted saves are removed here.
@@ -57,7 +74,13 @@ class CheckpointStore {
   /// beyond keep_last (oldest first), and returns the final path. Throws baton::Error naming the file on failure;
   /// the previous checkpoints are then untouched. A checkpoint of a newer format under <name> is never replaced:
   /// the save fails naming it.
-  std::string save(const std::string& name, const CheckpointData& data);
+  /// `shared`: the files the run's ranks wrote with write_shared for this save (every rank's, after all of them
+  /// returned), listed in meta.json with the others.
+  std::string save(const std::string& name, const CheckpointData& data, const std::vector<SharedFile>& shared = {});
+
+  /// Any rank of a sharded run: writes `content` (its tensors, its scalars as metadata) as `file` into the folder
+  /// in which the save of checkpoint `name` is built, fsynced. Throws baton::Error naming the file and the reason.
+  SharedFile write_shared(const std::string& name, const std::string& file, const StateDict& content) const;
 
   /// Committed checkpoints (those with a readable meta.json), oldest first by timestamp.batch. Every other folder
   /// not starting with '.' is added to `skipped` with the reason, when given.
@@ -67,7 +90,7 @@ class CheckpointStore {
   /// verification, or one list() skips) adds a warning naming it and the reason. Nothing when there is none.
   /// Throws CheckpointError when a folder holds a checkpoint of a newer format: resuming from an older one would
   /// continue a run that has already gone further, so only an explicit choice of checkpoint goes past it.
-  std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings) const;
+  std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings, const FileFilter& read = {}) const;
 
  private:
   /// Removes the oldest checkpoints beyond keep_last, never `keep` (the one just saved).
@@ -79,10 +102,11 @@ class CheckpointStore {
 
 /// Checks a checkpoint folder completely (meta.json, file sizes and crc32s, safetensors headers).
 /// Throws CheckpointError naming the file and the problem.
-void verify_checkpoint(const std::string& path);
+void verify_checkpoint(const std::string& path, const FileFilter& read = {});
 
-/// Verifies and loads a checkpoint folder. Throws CheckpointError naming the file and the problem.
-CheckpointData load_checkpoint(const std::string& path);
+/// Verifies and loads a checkpoint folder (the files `read` selects; the others are checked for size and left out
+/// of CheckpointData::files). Throws CheckpointError naming the file and the problem.
+CheckpointData load_checkpoint(const std::string& path, const FileFilter& read = {});
 
 /// Reads only meta.json's timestamp and name (cheap; no verification of the data files).
 CheckpointInfo read_checkpoint_info(const std::string& path);

@@ -438,4 +438,81 @@ TEST_SUITE("checkpoint") {
     CHECK(read_bytes(fs::path(newer) / "meta.json") == newer_meta);
     CHECK(folder_names(dir) == std::vector<std::string>{"ba20", "ba30"});
   }
+
+  TEST_CASE("checkpoint store: a sharded save commits every rank's files; a reader reads only those it selects") {
+    auto dir = baton::test::scratch_dir("ckpt_shared");
+    baton::CheckpointStore store(dir.string(), 0);
+    store.save("ba10", simple_data(10, 1));
+    // Two ranks' files, written into the save in progress before rank 0 commits it.
+    std::vector<baton::SharedFile> shared;
+    for (int rank = 0; rank < 2; ++rank) {
+      baton::StateDict rows;
+      rows.set_tensor("w", at::full({2}, 10.0f + rank));
+      rows.set_int("rows/w", 2 * rank);
+      shared.push_back(store.write_shared("ba20", "part-" + std::to_string(rank) + ".safetensors", rows));
+    }
+    // Not committed yet: ba10 is still the newest, and the files are in a hidden folder.
+    CHECK(listed_names(store) == std::vector<std::string>{"ba10"});
+    CHECK(fs::exists(dir / ".tmp-ba20-shared" / "part-1.safetensors"));
+    store.save("ba20", simple_data(20, 2), shared);
+    CHECK(listed_names(store) == std::vector<std::string>{"ba10", "ba20"});
+    CHECK(fs::exists(dir / "ba20" / "part-0.safetensors"));
+
+    // meta.json lists both, with the sizes and crc32s their writers computed.
+    const std::string meta = read_bytes(dir / "ba20" / "meta.json");
+    const auto files = nlohmann::json::parse(meta).at("files");
+    for (const auto& file : shared) {
+      CHECK(files.at(file.name).at("bytes").get<std::uint64_t>() == fs::file_size(dir / "ba20" / file.name));
+      CHECK(files.at(file.name).at("crc32").get<std::uint32_t>() ==
+            zlib_crc(read_bytes(dir / "ba20" / file.name)));
+    }
+    const baton::CheckpointData all = baton::load_checkpoint((dir / "ba20").string());
+    REQUIRE(all.files.size() == 2);
+    CHECK(all.files[1].second.tensor("w").equal(at::full({2}, 11.0f)));
+    CHECK(all.files[1].second.get_int("rows/w") == 2);
+
+    // A reader of part-0 alone: part-1 is not loaded, and its damage is not seen while its size is right...
+    const baton::FileFilter part0 = [](const std::string& file) { return file != "part-1.safetensors"; };
+    flip_last_byte(dir / "ba20" / "part-1.safetensors");
+    const baton::CheckpointData mine = baton::load_checkpoint((dir / "ba20").string(), part0);
+    REQUIRE(mine.files.size() == 1);
+    CHECK(mine.files[0].first == "part-0.safetensors");
+    CHECK(contains(checkpoint_error_of((dir / "ba20").string()), "part-1.safetensors: crc32 mismatch"));
+    // ...but a missing or truncated one is.
+    const std::string whole = read_bytes(dir / "ba20" / "part-1.safetensors");
+    write_bytes(dir / "ba20" / "part-1.safetensors", whole.substr(0, whole.size() - 8));
+    CHECK(contains(baton::test::error_text<baton::CheckpointError>(
+                       [&] { baton::verify_checkpoint((dir / "ba20").string(), part0); }),
+                   "part-1.safetensors: size is"));
+    fs::remove(dir / "ba20" / "part-1.safetensors");
+    CHECK(contains(baton::test::error_text<baton::CheckpointError>(
+                       [&] { baton::verify_checkpoint((dir / "ba20").string(), part0); }),
+                   "part-1.safetensors: missing"));
+  }
+
+  TEST_CASE("checkpoint store: a sharded save that stops before its commit leaves the previous checkpoint newest") {
+    auto dir = baton::test::scratch_dir("ckpt_shared_crash");
+    {
+      baton::CheckpointStore store(dir.string(), 0);
+      store.save("ba10", simple_data(10, 1));
+      baton::StateDict rows;
+      rows.set_tensor("w", at::full({2}, 3.0f));
+      const baton::SharedFile written = store.write_shared("ba20", "part-0.safetensors", rows);
+      // A rank's file that never arrived (its rank died): the commit fails naming it, and nothing is committed.
+      const std::string error = baton::test::error_text([&] {
+        store.save("ba20", simple_data(20, 2), {written, {"part-1.safetensors", 100, 7}});
+      });
+      CHECK(contains(error, "cannot save checkpoint " + (dir / "ba20").string()));
+      CHECK(contains(error, "part-1.safetensors is missing"));
+      CHECK(listed_names(store) == std::vector<std::string>{"ba10"});
+      // Another rank's files written, rank 0 killed before its commit: the hidden folder is all that is left.
+      store.write_shared("ba30", "part-0.safetensors", rows);
+    }
+    baton::CheckpointStore store(dir.string(), 0);
+    CHECK(folder_names(dir) == std::vector<std::string>{"ba10"});
+    std::vector<std::string> warnings;
+    auto newest = store.newest_valid(warnings);
+    REQUIRE(newest.has_value());
+    CHECK(newest->name == "ba10");
+  }
 }

@@ -57,16 +57,6 @@ std::string prefetch_covers_workers(const S& s) {
   return "at least workers (" + std::to_string(s.workers) + ": each worker fetches one of the batches ahead)";
 }
 
-// Sharded checkpoints (each rank writing its shards of the optimizer state) are the next step: until then a
-// sharded run saves nothing rather than a checkpoint that holds one rank's shard as if it were the whole state.
-std::string saves_unsharded(const S& s) {
-  // zero3 is refused at its own key, with its reason.
-  if (s.sharding == Sharding::none || s.sharding == Sharding::zero3 || s.save_interval.value() == 0) return "";
-  return std::string("0 under distributed.sharding = \"") + sharding_name(s.sharding) +
-         "\" (each rank holds only its shard of the optimizer state, and sharded checkpoints are not built yet: " +
-         "set save_interval = \"0ep\")";
-}
-
 std::string sharding_built(const S& s) {
   if (s.sharding != Sharding::zero3) return "";
   return "\"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded at rest and gathered per unit, is not "
@@ -94,7 +84,7 @@ const std::vector<Setting>& settings() {
       {"trainer", "progress", "progress", &S::progress, {}},
       {"trainer", "allow_nonfinite", "allow_nonfinite", &S::allow_nonfinite, {}},
       {"checkpoint", "save_interval", "save_interval", &S::save_interval,
-       related(saves_unsharded, time_in({U::epoch, U::batch}, false))},
+       time_in({U::epoch, U::batch}, false)},
       {"checkpoint", "keep_last", "keep_last", &S::keep_last, at_least(0)},
       // "" is the run folder's checkpoints/ (the config fills it in), so a file may not say "" itself.
       {"checkpoint", "dir", "checkpoint_dir", &S::checkpoint_dir, {}, true},

@@ -7,17 +7,21 @@
 #include <sstream>
 
 #include <ATen/Context.h>
+#include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include "baton/text.h"
 #include "baton/model_tensors.h"
+#include "baton/communicator.h"
 #include "baton/optimizer_state.h"
 #include "config/config.h"
 #include "engine/engine.h"
 #include "logging/run_logger.h"
 #include "baton/time.h"
+#include "sharding/sharded_state.h"
+#include "sharding/zero.h"
 #include "trainer/loss_scaler.h"
 
 namespace fs = std::filesystem;
@@ -49,7 +53,8 @@ class PendingCheckpoint final : public CheckpointInProgress {
 
 Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
                            const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
-                           std::vector<double> base_lrs, LossScaler* scaler)
+                           std::vector<double> base_lrs, LossScaler* scaler,
+                           const sharding::ShardedStep* sharded)
     : state_(run.state),
       engine_(run.engine),
       logger_(run.logger),
@@ -58,7 +63,8 @@ Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
       optimizers_(optimizers),
       plugins_(plugins),
       base_lrs_(std::move(base_lrs)),
-      scaler_(scaler) {
+      scaler_(scaler),
+      sharded_(sharded) {
   if (!options_.run_dir.empty()) {
     std::string dir = options_.checkpoint_dir.empty() ? (fs::path(options_.run_dir) / "checkpoints").string()
                                                      : options_.checkpoint_dir;
@@ -105,18 +111,26 @@ CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, St
   data.timestamp = state_.progress.now;
   data.config_text = options_.config_text;
 
+  // Sharded, the parameters the ranks shard and the optimizer's state go to each rank's shard files instead.
   StateDict model_state;
-  for (auto& [name, tensor] : named_model_tensors(module_)) model_state.set_tensor(name, tensor.detach());
+  for (auto& [name, tensor] : named_model_tensors(module_)) {
+    bool in_shards = false;
+    if (sharded_)
+      for (const auto& slot : sharded_->layout().slots()) in_shards = in_shards || slot.name == name;
+    if (!in_shards) model_state.set_tensor(name, tensor.detach());
+  }
   data.sections.emplace_back("model", std::move(model_state));
-  for (std::size_t i = 0; i < optimizers_.size(); ++i)
-    data.sections.emplace_back(optimizer_section(i), export_optimizer_state(*optimizers_[i].optimizer,
-                                                                           named_model_tensors(module_, false)));
+  if (!sharded_)
+    for (std::size_t i = 0; i < optimizers_.size(); ++i)
+      data.sections.emplace_back(optimizer_section(i), export_optimizer_state(*optimizers_[i].optimizer,
+                                                                             named_model_tensors(module_, false)));
 
   StateDict trainer_state;
   trainer_state.set_int("seed", static_cast<std::int64_t>(options_.seed));
   trainer_state.set_int("world_size", options_.world_size);
   trainer_state.set_int("batch_size", options_.batch_size);
   trainer_state.set_string("max_duration", options_.max_duration.str());
+  if (sharded_) trainer_state.set_string("sharding", sharding_name(options_.sharding));
   {
     auto generator = at::globalContext().defaultGenerator(at::kCPU);
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -144,9 +158,15 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   CheckpointData data = capture(files);
   last_save_batch_ = state_.progress.now.batch;
   state_.last_checkpoint = (fs::path(store_->dir()) / name).string();
-  if (options_.rank != 0) return;
-  std::string path = store_->save(name, data);
-  state_.last_checkpoint = path;
+  if (sharded_) {
+    std::string path = write_sharded(name, data);
+    if (options_.rank != 0) return;
+    state_.last_checkpoint = path;
+  } else {
+    if (options_.rank != 0) return;
+    state_.last_checkpoint = store_->save(name, data);
+  }
+  const std::string& path = state_.last_checkpoint;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!options_.quiet) logger_.info("checkpoint " + path + " (" + format_decimals(seconds, 2) + " s)");
   for (const auto& hook : hooks) {
@@ -158,12 +178,88 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   }
 }
 
+// Each rank writes its two shard files; then one all-gather tells every rank what every rank wrote (or that it
+// failed), which is also the barrier after which rank 0 may commit: meta.json lists every rank's files with their
+// sizes and checksums, so the checkpoint exists only once all of them are durable. A last collective tells the
+// other ranks whether rank 0's commit succeeded, so all ranks fail together and none trains on believing a save
+// that is not there. A rank that dies mid-save fails the collectives of the others.
+std::string Checkpointer::write_sharded(const std::string& name, const CheckpointData& data) {
+  const int rank = options_.rank, world = options_.world_size;
+  const std::string target = (fs::path(store_->dir()) / name).string();
+  const std::vector<std::string> kinds = {"model", "optimizer"};
+  std::vector<SharedFile> mine;
+  std::exception_ptr failed;
+  try {
+    mine.push_back(store_->write_shared(name, sharding::shard_file_name("model", rank, world),
+                                        sharding::model_shard(*sharded_)));
+    mine.push_back(store_->write_shared(name, sharding::shard_file_name("optimizer", rank, world),
+                                        sharding::optimizer_shard(*sharded_, *optimizers_.front().optimizer)));
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  // Per file: written (1 / 0), bytes, crc32.
+  std::vector<std::int64_t> record;
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const bool ok = !failed && k < mine.size();
+    record.insert(record.end(), {ok ? 1 : 0, ok ? static_cast<std::int64_t>(mine[k].bytes) : 0,
+                                 ok ? static_cast<std::int64_t>(mine[k].crc32) : 0});
+  }
+  Communicator* comm = options_.communicator.get();
+  at::Tensor all = at::tensor(record, at::kLong);
+  if (comm) all = comm->all_gather(all.to(sharded_->shard_parameters().front().device())).cpu();
+  if (failed) std::rethrow_exception(failed);
+  const std::int64_t* fields = all.data_ptr<std::int64_t>();
+  std::vector<SharedFile> shared;
+  for (int q = 0; q < world; ++q) {
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      const std::int64_t* f = fields + (static_cast<std::size_t>(q) * kinds.size() + k) * 3;
+      if (f[0] != 1)
+        throw Error("cannot save checkpoint " + target + ": rank " + std::to_string(q) +
+                    " could not write its shard files (that rank's error says why)");
+      shared.push_back({sharding::shard_file_name(kinds[k], q, world), static_cast<std::uint64_t>(f[1]),
+                        static_cast<std::uint32_t>(f[2])});
+    }
+  }
+  std::string path = target;
+  std::exception_ptr commit_failed;
+  if (rank == 0) {
+    try {
+      path = store_->save(name, data, shared);
+    } catch (...) {
+      commit_failed = std::current_exception();
+    }
+  }
+  const bool any_failed = comm ? comm->any(commit_failed != nullptr) : commit_failed != nullptr;
+  if (commit_failed) std::rethrow_exception(commit_failed);
+  if (any_failed)
+    throw Error("cannot save checkpoint " + target + ": rank 0 could not commit it (rank 0's error says why)");
+  return path;
+}
+
+FileFilter Checkpointer::files_to_read() const {
+  const std::string own = sharding::shard_file_name("optimizer", options_.rank, options_.world_size);
+  return [own](const std::string& file) { return !sharding::is_shard_file("optimizer", file) || file == own; };
+}
+
 void Checkpointer::restore_model(const CheckpointData& data, const std::string& path) {
   const StateDict* saved = data.section("model");
   if (!saved) throw CheckpointError("checkpoint " + path + " has no model section");
   c10::NoGradGuard no_grad;
   auto expected = named_model_tensors(module_);
+  // A sharded run's checkpoint holds its sharded parameters as row blocks in the ranks' model shard files.
+  sharding::RowsSeen rows;
+  for (const auto& [file, content] : data.files)
+    if (sharding::is_shard_file("model", file))
+      sharding::copy_rows(content, expected, rows, "checkpoint " + path + ": " + file);
   for (auto& [name, tensor] : expected) {
+    if (auto found = rows.find(name); found != rows.end()) {
+      const std::int64_t all = tensor.dim() == 0 ? 1 : tensor.size(0);
+      if (found->second != all)
+        throw CheckpointError("checkpoint " + path + ": the model shard files hold " + std::to_string(found->second) +
+                              " of the " + std::to_string(all) + " rows of model tensor '" + name +
+                              "' (a shard file is missing or written twice)");
+      continue;
+    }
     if (!saved->has_tensor(name))
       throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is missing");
     at::Tensor value = saved->tensor(name);
@@ -176,7 +272,7 @@ void Checkpointer::restore_model(const CheckpointData& data, const std::string& 
   }
   if (saved->tensor_keys().size() != expected.size()) {
     for (const auto& key : saved->tensor_keys()) {
-      bool known = false;
+      bool known = rows.count(key) > 0;
       for (const auto& item : expected) known = known || item.first == key;
       if (!known) throw CheckpointError("checkpoint " + path + ": tensor '" + key + "' does not belong to this model");
     }
@@ -186,7 +282,33 @@ void Checkpointer::restore_model(const CheckpointData& data, const std::string& 
 void Checkpointer::restore_training_state(const CheckpointData& data, const std::string& path) {
   std::int64_t saved_world = options_.world_size, saved_batch = options_.batch_size;
   std::string saved_duration;
-  for (std::size_t i = 0; i < optimizers_.size(); ++i) {
+  const StateDict* trainer_saved = data.section("trainer");
+  const std::string saved_sharding =
+      trainer_saved && trainer_saved->has("sharding") ? trainer_saved->get_string("sharding") : "";
+  const std::int64_t written_by =
+      trainer_saved && trainer_saved->has("world_size") ? trainer_saved->get_int("world_size") : 1;
+  if (!saved_sharding.empty() && (!sharded_ || written_by != options_.world_size))
+    throw CheckpointError("checkpoint " + path + " was written by a run sharded (" + saved_sharding + ") over " +
+                          std::to_string(written_by) + " rank(s), whose optimizer state is split into one file per " +
+                          "rank; it resumes only sharded (zero1 or zero2) over " + std::to_string(written_by) +
+                          " rank(s) until resharding is built (this run: sharding \"" +
+                          sharding_name(options_.sharding) + "\" over " + std::to_string(options_.world_size) +
+                          "). Its weights load anywhere (baton eval, init from it)");
+  if (sharded_) {
+    const std::string own = sharding::shard_file_name("optimizer", options_.rank, options_.world_size);
+    const StateDict* saved = nullptr;
+    std::string what = "checkpoint " + path;
+    if (!saved_sharding.empty()) {
+      for (const auto& [file, content] : data.files)
+        if (file == own) saved = &content;
+      if (!saved) throw CheckpointError("checkpoint " + path + " has no " + own);
+      what += ": " + own;
+    } else {
+      saved = data.section(optimizer_section(0));  // an unsharded run's: this rank takes its rows
+    }
+    if (saved) sharding::load_optimizer_shard(*sharded_, *optimizers_.front().optimizer, *saved, what);
+  }
+  for (std::size_t i = 0; i < optimizers_.size() && !sharded_; ++i) {
     const StateDict* saved = data.section(optimizer_section(i));
     if (saved == nullptr) {
       // A model's second optimizer missing from its checkpoint would resume from a fresh state: not bitwise.
@@ -253,7 +375,7 @@ void Checkpointer::restore_plugins(const CheckpointData& data, const std::string
 
 void Checkpointer::load(const std::string& path, bool with_training_state) {
   engine_.fire(Event::before_load);
-  CheckpointData data = load_checkpoint(path);
+  CheckpointData data = load_checkpoint(path, files_to_read());
   restore_model(data, path);
   if (with_training_state) restore_training_state(data, path);
   restore_plugins(data, path);
@@ -322,7 +444,7 @@ std::string Checkpointer::resume() {
     std::optional<CheckpointInfo> newest;
     std::exception_ptr refused;
     try {
-      newest = store_->newest_valid(warnings);
+      newest = store_->newest_valid(warnings, files_to_read());
     } catch (const CheckpointError&) {
       refused = std::current_exception();
     }

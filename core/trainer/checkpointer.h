@@ -15,6 +15,9 @@
 #include "trainer/run_context.h"
 
 namespace baton {
+namespace sharding {
+class ShardedStep;
+}
 
 class Engine;
 class LossScaler;
@@ -27,8 +30,11 @@ class Checkpointer {
  public:
   /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
   /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
+  /// `sharded`: a sharded run's step (zero1 / zero2), whose optimizer is the run's: each rank then writes its rows
+  /// of the parameters and its optimizer state into shard files of its own (sharding/sharded_state.h).
   Checkpointer(const RunContext& run, torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
-               const PluginList& plugins, std::vector<double> base_lrs, LossScaler* scaler = nullptr);
+               const PluginList& plugins, std::vector<double> base_lrs, LossScaler* scaler = nullptr,
+               const sharding::ShardedStep* sharded = nullptr);
   ~Checkpointer();
 
   /// Whether this run writes checkpoints at all (it has a run folder).
@@ -55,6 +61,10 @@ class Checkpointer {
   void write(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
              const std::vector<std::function<void(const std::string&)>>& hooks);
   CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;
+  /// A sharded save: every rank writes its shard files, the ranks exchange what they wrote, rank 0 commits.
+  std::string write_sharded(const std::string& name, const CheckpointData& data);
+  /// The files of a checkpoint this rank reads: all but the other ranks' optimizer shards.
+  FileFilter files_to_read() const;
   void restore_model(const CheckpointData& data, const std::string& path);
   void restore_training_state(const CheckpointData& data, const std::string& path);
   void restore_plugins(const CheckpointData& data, const std::string& path);
@@ -70,6 +80,7 @@ class Checkpointer {
   const PluginList& plugins_;
   std::vector<double> base_lrs_;
   LossScaler* scaler_;
+  const sharding::ShardedStep* sharded_;
   std::unique_ptr<CheckpointStore> store_;
   std::int64_t last_save_batch_ = -1;
 };

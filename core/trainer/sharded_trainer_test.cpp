@@ -1,9 +1,11 @@
 // The Trainer under sharding zero1 / zero2 in one process (the sharded step without collectives): the optimizer
-// built by TrainerOptions::optimizer_factory over the rank's shard trains as the unsharded run does, and what a
-// sharded run cannot do yet is refused with its reason. Two ranks are tested end to end in tests/distributed_test.cpp.
+// built by TrainerOptions::optimizer_factory over the rank's shard trains as the unsharded run does, its checkpoints
+// (shard files) resume bitwise and load for evaluation, and what a sharded run cannot do yet is refused with its
+// reason. Two ranks are tested end to end in tests/distributed_test.cpp.
 #include "baton_test.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,9 +15,12 @@
 #include <torch/optim/sgd.h>
 
 #include "baton/declarations.h"
+#include "baton/error.h"
 #include "baton/trainer.h"
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
+#include "checkpoint/checkpoint_store.h"
+#include "error_text.h"
 #include "small_trainer.h"
 
 using baton::Sharding;
@@ -42,7 +47,7 @@ baton::Model convnet() {
 
 baton::TrainerOptions options_for(Sharding sharding) {
   baton::TrainerOptions o = quiet_options();
-  o.save_interval = Time(0, TimeUnit::epoch);  // a sharded run saves no checkpoints yet
+  o.save_interval = Time(0, TimeUnit::epoch);
   o.sharding = sharding;
   return o;
 }
@@ -59,6 +64,20 @@ baton::test::Weights trained(Sharding sharding, baton::OptimizerBuilder factory,
   baton::TrainerOptions o = options_for(sharding);
   o.optimizer_factory = std::move(factory);
   o.microbatch_size = microbatch;
+  baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
+  trainer.fit();
+  return baton::test::copy_state(trainer.model());
+}
+
+// `epochs` epochs with Adam in the run folder <dir>/<name>, saving each epoch; resumed (--resume auto) when `resume`.
+baton::test::Weights run_saving(const std::filesystem::path& dir, const std::string& name, Sharding sharding,
+                                int epochs, bool resume) {
+  baton::TrainerOptions o = options_for(sharding);
+  o.run_dir = (dir / name).string();
+  o.save_interval = Time(1, TimeUnit::epoch);
+  o.max_duration = Time(epochs, TimeUnit::epoch);
+  o.optimizer_factory = adam;
+  if (resume) o.resume = "auto";
   baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
   trainer.fit();
   return baton::test::copy_state(trainer.model());
@@ -127,18 +146,6 @@ TEST_SUITE("trainer") {
     both.optimizer_factory = sgd;
     CHECK(refused(both, sgd(model.ptr()->parameters()), model) ==
           "the trainer got an optimizer and TrainerOptions::optimizer_factory: pass one of them");
-    // Checkpoints: periodic saves (the default 1ep) and resuming.
-    baton::TrainerOptions saving = options_for(Sharding::zero2);
-    saving.save_interval = Time(1, TimeUnit::epoch);
-    saving.optimizer_factory = sgd;
-    CHECK(refused(saving, nullptr, model).rfind(
-              "trainer: save_interval: expected 0 under distributed.sharding = \"zero2\"", 0) == 0);
-    baton::TrainerOptions resuming = options_for(Sharding::zero2);
-    resuming.resume = "auto";
-    resuming.optimizer_factory = sgd;
-    CHECK(refused(resuming, nullptr, model) ==
-          "trainer: sharding \"zero2\" cannot resume (resume = \"auto\"): each rank holds only its shard of the "
-          "optimizer state, and sharded checkpoints are not built yet");
     baton::TrainerOptions zero3 = options_for(Sharding::zero3);
     zero3.optimizer_factory = sgd;
     CHECK(refused(zero3, nullptr, model).find("(zero3, parameters sharded at rest and gathered per unit, is not built "
@@ -158,5 +165,56 @@ TEST_SUITE("trainer") {
       return o;
     }());
     CHECK_NOTHROW(unsharded.add_plugin("grads", std::make_shared<GradientReader>()));
+  }
+
+  TEST_CASE("issue 38: a sharded run's checkpoints hold shard files, resume bitwise and load for evaluation") {
+    const auto dir = baton::test::scratch_dir("sharded-checkpoints");
+    const baton::test::Weights straight = run_saving(dir, "straight", Sharding::zero2, 4, false);
+    run_saving(dir, "resumed", Sharding::zero2, 2, false);
+    CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed", Sharding::zero2, 4, true), straight));
+
+    // The checkpoint: the sharded parameters and the optimizer state in the rank's files, not in state.safetensors.
+    const std::string ep2 = (dir / "resumed" / "checkpoints" / "ep2").string();
+    const baton::CheckpointData data = baton::load_checkpoint(ep2);
+    std::vector<std::string> files;
+    for (const auto& [file, content] : data.files) files.push_back(file);
+    CHECK(files == std::vector<std::string>{"model-shard-00000-of-00001.safetensors",
+                                            "optimizer-shard-00000-of-00001.safetensors"});
+    CHECK(data.section("optimizer") == nullptr);
+    const baton::Model model = convnet();
+    for (const auto& item : model.ptr()->named_parameters()) CHECK_FALSE(data.section("model")->has_tensor(item.key()));
+    CHECK(data.files[0].second.has_tensor("features.0.weight"));
+    CHECK(data.files[1].second.has_tensor("features.0.weight/exp_avg"));
+
+    // An unsharded run evaluates it (the weights assembled from the shard files) as the sharded run itself does.
+    const auto evaluate = [&](Sharding sharding, const std::string& checkpoint) {
+      baton::TrainerOptions o = options_for(sharding);
+      o.optimizer_factory = adam;
+      baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
+      return trainer.evaluate_standalone(checkpoint).front().loss;
+    };
+    const double loss = evaluate(Sharding::none, ep2);
+    CHECK(loss == evaluate(Sharding::zero2, ep2));
+    CHECK(loss != evaluate(Sharding::none, ""));  // the checkpoint's weights, not the initial ones
+
+    // Resuming it unsharded would need every rank's optimizer file: refused, naming what resumes it.
+    baton::TrainerOptions unsharded = options_for(Sharding::none);
+    unsharded.optimizer_factory = adam;
+    unsharded.run_dir = (dir / "resumed").string();
+    unsharded.resume = ep2;
+    baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), unsharded);
+    const std::string refused = baton::test::error_text([&] { trainer.fit(); });
+    CHECK(baton::test::contains(refused, "checkpoint " + ep2 + " was written by a run sharded (zero2) over 1 rank(s)"));
+    CHECK(baton::test::contains(refused, "it resumes only sharded (zero1 or zero2) over 1 rank(s)"));
+  }
+
+  TEST_CASE("issue 38: a sharded run resumes an unsharded run's checkpoint, taking its rows of the optimizer state") {
+    const auto dir = baton::test::scratch_dir("sharded-from-unsharded");
+    const baton::test::Weights straight = run_saving(dir, "straight", Sharding::none, 4, false);
+    run_saving(dir, "switched", Sharding::none, 2, false);
+    const baton::test::Weights switched = run_saving(dir, "switched", Sharding::zero1, 4, true);
+    const double relative = max_relative_difference(switched, straight);
+    MESSAGE("2 epochs unsharded, then 2 under zero1: max relative difference to 4 unsharded = " << relative);
+    CHECK(relative <= 1e-6);
   }
 }

@@ -51,10 +51,6 @@ std::unique_ptr<sharding::ShardedStep> sharded_step(const TrainerOptions& option
                                                     torch::nn::Module& module, const at::Device& device) {
   if (options.sharding == Sharding::none) return nullptr;
   const std::string mode = sharding_text(options);
-  if (!options.resume.empty())
-    throw Error(mode + " cannot resume (resume = \"" + options.resume +
-                "\"): each rank holds only its shard of the optimizer state, and sharded checkpoints are not built "
-                "yet");
   if (model.training_step())
     throw Error(mode + ": the model trains by its own training step, which steps its optimizers over the model's "
                 "parameters; a sharded run steps each rank's shard (use sharding = \"none\")");
@@ -173,7 +169,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       precision(chosen_precision.precision),
       context{state, engine, logger, options, precision, device},
       scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
-      checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get()),
+      checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get(), sharded.get()),
       loss(run_loss(options, model, train->spec())),
       evaluator(context, model, *eval, loss, options.metrics, "", history),
       schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
