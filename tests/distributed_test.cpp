@@ -660,6 +660,64 @@ TEST_SUITE("distributed_cli") {
     CHECK(unsharded.status == 0);
   }
 
+  TEST_CASE("issue 38: rank 1 killed while zero2 saves every batch: the resume continues bitwise from a whole save") {
+    auto dir = baton::test::scratch_dir("dist-zero-kill");
+    const std::string sgd = "name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n";
+    for (const std::string name : {"straight", "killed"})
+      write_sharded_config(dir / (name + ".toml"), name, "zero2", sgd, kEma);
+    const std::vector<std::string> every_batch = {"--set", "checkpoint.save_interval=1ba", "--set",
+                                                  "checkpoint.keep_last=0"};
+    std::vector<std::string> straight = {"launch", "--nproc", "2", "train", "straight.toml"};
+    straight.insert(straight.end(), every_batch.begin(), every_batch.end());
+    Result reference = run_baton(dir, straight);
+    INFO(reference.out);
+    REQUIRE(reference.status == 0);
+
+    // Rank 1 is killed as soon as rank 0 reports the 5th save: it is then training or saving the 6th batch.
+    std::vector<std::string> killed = {"launch", "--nproc", "2", "train", "killed.toml"};
+    killed.insert(killed.end(), every_batch.begin(), every_batch.end());
+    FILE* pipe = ::popen(command_line(dir, killed).c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string out;
+    pid_t victim = -1;
+    bool sent = false;
+    char buffer[4096];
+    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+      const std::string line = buffer;
+      out += line;
+      if (line.rfind("baton launch: rank 1 is pid ", 0) == 0) victim = std::atoi(line.c_str() + 28);
+      if (!sent && victim > 0 && line.find("checkpoint runs/killed/checkpoints/ba5 ") != std::string::npos) {
+        ::kill(victim, SIGKILL);
+        sent = true;
+      }
+    }
+    const int raw = ::pclose(pipe);
+    INFO(out);
+    REQUIRE(sent);
+    CHECK(WEXITSTATUS(raw) == 1);
+    CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
+    // Only committed checkpoints are visible; a save that was under way is at most a hidden folder.
+    const fs::path checkpoints = dir / "runs" / "killed" / "checkpoints";
+    std::string folders;
+    for (const auto& entry : fs::directory_iterator(checkpoints)) {
+      const std::string folder = entry.path().filename().string();
+      folders += " " + folder;
+      if (folder.front() != '.') CHECK(fs::exists(entry.path() / "meta.json"));
+    }
+    MESSAGE("after the kill, the checkpoint folder holds:" << folders);
+    std::vector<std::string> resume = {"launch", "--nproc", "2", "train", "killed.toml", "--resume", "auto"};
+    resume.insert(resume.end(), every_batch.begin(), every_batch.end());
+    Result resumed = run_baton(dir, resume);
+    INFO(resumed.out);
+    REQUIRE(resumed.status == 0);
+    const std::size_t from = resumed.out.find("[rank 0] resumed from runs/killed/checkpoints/ba");
+    REQUIRE(from != std::string::npos);
+    MESSAGE(resumed.out.substr(from, resumed.out.find('\n', from) - from));
+    const fs::path runs = dir / "runs";
+    CHECK(max_relative_difference(runs / "killed", runs / "straight") == 0);
+    CHECK(max_relative_difference(runs / "killed", runs / "straight", "ema.safetensors") == 0);
+  }
+
   TEST_CASE("issue 38: a zero2 run over 2 ranks resumed from its shard files ends bitwise as the uninterrupted one") {
     auto dir = baton::test::scratch_dir("dist-zero-resume");
     const std::string adam = "name = \"adam\"\nlr = 0.01\n";
