@@ -85,6 +85,35 @@ double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
   return max_diff;
 }
 
+// A `baton launch` whose rank 1 gets SIGKILL on the first line of output for which `trigger` holds.
+struct KilledLaunch {
+  std::string out;
+  int status = 0;     // pclose's
+  bool sent = false;  // whether the kill was sent
+  std::chrono::steady_clock::time_point sent_at;
+};
+
+template <class Trigger>
+KilledLaunch launch_killing_rank1(const fs::path& dir, const std::vector<std::string>& args, Trigger trigger) {
+  KilledLaunch result;
+  FILE* pipe = ::popen(command_line(dir, args).c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  pid_t victim = -1;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
+    const std::string line = buffer;
+    result.out += line;
+    if (line.rfind("baton launch: rank 1 is pid ", 0) == 0) victim = std::atoi(line.c_str() + 28);
+    if (!result.sent && victim > 0 && trigger(line)) {
+      ::kill(victim, SIGKILL);
+      result.sent = true;
+      result.sent_at = std::chrono::steady_clock::now();
+    }
+  }
+  result.status = ::pclose(pipe);
+  return result;
+}
+
 // A sharded (or not) run of the same data and model as write_config's: `sharding` in [distributed], `optimizer`
 // the [optimizer] table's keys, no checkpoints (unless --set), `extra` appended.
 void write_sharded_config(const fs::path& file, const std::string& name, const std::string& sharding,
@@ -407,32 +436,19 @@ TEST_SUITE("distributed_cli") {
   TEST_CASE("a rank killed mid-run: launch ends the others and fails naming the rank") {
     auto dir = baton::test::scratch_dir("dist-kill");
     write_config(dir / "cfg.toml", "long", 8, "");
-    // Long enough never to finish during the test.
-    auto started = std::chrono::steady_clock::now();
-    FILE* pipe = ::popen(command_line(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set",
-                                            "trainer.max_duration=100000ep", "--set", "trainer.log_interval=1ba"})
-                             .c_str(),
-                         "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    pid_t victim = -1;
-    bool killed = false;
-    char buffer[4096];
-    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
-      std::string line = buffer;
-      out += line;
-      if (line.rfind("baton launch: rank 1 is pid ", 0) == 0) victim = std::atoi(line.c_str() + 28);
-      // Kill once training is under way (rank 0 prints progress after the rendezvous).
-      if (!killed && victim > 0 && line.find("[rank 0] ") != std::string::npos && line.find("loss") != std::string::npos) {
-        ::kill(victim, SIGKILL);
-        killed = true;
-        started = std::chrono::steady_clock::now();
-      }
-    }
-    int raw = ::pclose(pipe);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    // Long enough never to finish during the test; killed once training is under way (rank 0 prints progress after
+    // the rendezvous).
+    const KilledLaunch launch = launch_killing_rank1(
+        dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "trainer.max_duration=100000ep", "--set",
+              "trainer.log_interval=1ba"},
+        [](const std::string& line) {
+          return line.find("[rank 0] ") != std::string::npos && line.find("loss") != std::string::npos;
+        });
+    const std::string& out = launch.out;
+    const int raw = launch.status;
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch.sent_at).count();
     INFO(out);
-    REQUIRE(killed);
+    REQUIRE(launch.sent);
     CHECK(WIFEXITED(raw));
     CHECK(WEXITSTATUS(raw) == 1);
     CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
@@ -676,25 +692,13 @@ TEST_SUITE("distributed_cli") {
     // Rank 1 is killed as soon as rank 0 reports the 5th save: it is then training or saving the 6th batch.
     std::vector<std::string> killed = {"launch", "--nproc", "2", "train", "killed.toml"};
     killed.insert(killed.end(), every_batch.begin(), every_batch.end());
-    FILE* pipe = ::popen(command_line(dir, killed).c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    std::string out;
-    pid_t victim = -1;
-    bool sent = false;
-    char buffer[4096];
-    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
-      const std::string line = buffer;
-      out += line;
-      if (line.rfind("baton launch: rank 1 is pid ", 0) == 0) victim = std::atoi(line.c_str() + 28);
-      if (!sent && victim > 0 && line.find("checkpoint runs/killed/checkpoints/ba5 ") != std::string::npos) {
-        ::kill(victim, SIGKILL);
-        sent = true;
-      }
-    }
-    const int raw = ::pclose(pipe);
+    const KilledLaunch launch = launch_killing_rank1(dir, killed, [](const std::string& line) {
+      return line.find("checkpoint runs/killed/checkpoints/ba5 ") != std::string::npos;
+    });
+    const std::string& out = launch.out;
     INFO(out);
-    REQUIRE(sent);
-    CHECK(WEXITSTATUS(raw) == 1);
+    REQUIRE(launch.sent);
+    CHECK(WEXITSTATUS(launch.status) == 1);
     CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
     // Only committed checkpoints are visible; a save that was under way is at most a hidden folder.
     const fs::path checkpoints = dir / "runs" / "killed" / "checkpoints";
