@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <ATen/Context.h>
@@ -112,13 +113,12 @@ CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, St
   data.config_text = options_.config_text;
 
   // Sharded, the parameters the ranks shard and the optimizer's state go to each rank's shard files instead.
+  std::set<std::string> in_shards;
+  if (sharded_)
+    for (const auto& slot : sharded_->layout().slots()) in_shards.insert(slot.name);
   StateDict model_state;
-  for (auto& [name, tensor] : named_model_tensors(module_)) {
-    bool in_shards = false;
-    if (sharded_)
-      for (const auto& slot : sharded_->layout().slots()) in_shards = in_shards || slot.name == name;
-    if (!in_shards) model_state.set_tensor(name, tensor.detach());
-  }
+  for (auto& [name, tensor] : named_model_tensors(module_))
+    if (!in_shards.count(name)) model_state.set_tensor(name, tensor.detach());
   data.sections.emplace_back("model", std::move(model_state));
   if (!sharded_)
     for (std::size_t i = 0; i < optimizers_.size(); ++i)
