@@ -13,7 +13,9 @@
 //   bench_ema --device cuda    the same model on a GPU, where (a) is a device-to-device copy of the EMA's bytes
 //                              (dst.copy_(src): read and write, the ceiling of a streaming kernel there) and each
 //                              timed run ends with a device synchronisation. Last line:
-//   RESULT device=cuda ema_gbps=<d fp32> copy_gbps=<a> ema_vs_copy=<d / a> ema_vs_per_tensor=... bf16_vs_per_tensor=...
+//                              (e) is the update of a sharded run's EMA: one lerp_ over a flat buffer (layout.h).
+//   RESULT device=cuda ema_gbps=<d fp32> copy_gbps=<a> shard_gbps=<e> ema_vs_copy=<d / a> shard_vs_copy=<e / a>
+//          ema_vs_per_tensor=... bf16_vs_per_tensor=...
 #include <omp.h>
 
 #include <algorithm>
@@ -155,7 +157,7 @@ int run_on_device(const c10::Device device) {
   if (device.is_cuda()) wait_for_device = [] { torch::cuda::synchronize(); };
   at::NoGradGuard no_grad;
   const double s = kSmoothing;
-  double t_copy = 0, t_per_tensor = 0, t_baton32 = 0;
+  double t_copy = 0, t_per_tensor = 0, t_baton32 = 0, t_shard = 0;
   std::int64_t elements = 0;
   {
     Transformer model(at::kFloat);
@@ -172,6 +174,9 @@ int run_on_device(const c10::Device device) {
     baton::EmaOptions options;
     options.smoothing = s;
     baton::ExponentialMovingAverage ema(model, options);
+    // What the EMA of a sharded run updates: the rank's shard of every tensor in one flat buffer per dtype, beside
+    // the optimizer's flat shard of the weights (sharding/layout.h), here as large as the whole model.
+    at::Tensor shard_weights = at::empty({elements}, on_device).uniform_(-1, 1), shard_ema = shard_weights.clone();
     std::vector<Series> series{
         {"(a) device-to-device copy of the EMA's bytes", 8, [&] { copy_dst.copy_(copy_src); }},
         {"(b) per-tensor ema.mul_(s).add_(w, 1-s)", 12,
@@ -179,19 +184,22 @@ int run_on_device(const c10::Device device) {
            for (std::size_t i = 0; i < weights.size(); ++i) per_tensor[i].mul_(s).add_(weights[i], 1 - s);
          }},
         {"(d) baton update fp32", 12, [&] { ema.update(model); }},
+        {"(e) one lerp_ over flat buffers (a shard)", 12, [&] { shard_ema.lerp_(shard_weights, 1 - s); }},
     };
     measure(series, elements);
     t_copy = series[0].best();
     t_per_tensor = series[1].best();
     t_baton32 = series[2].best();
+    t_shard = series[3].best();
   }
   const auto [t_torch16, t_baton16] = measure_bf16(device, elements);
   const double ema_gbps = 12.0 * static_cast<double>(elements) / t_baton32 / 1e9;
   const double copy_gbps = 8.0 * static_cast<double>(elements) / t_copy / 1e9;
-  std::printf("RESULT device=%s ema_gbps=%.1f copy_gbps=%.1f ema_vs_copy=%.3f ema_vs_per_tensor=%.3f "
-              "bf16_vs_per_tensor=%.3f\n",
-              device.str().c_str(), ema_gbps, copy_gbps, ema_gbps / copy_gbps, t_per_tensor / t_baton32,
-              t_torch16 / t_baton16);
+  const double shard_gbps = 12.0 * static_cast<double>(elements) / t_shard / 1e9;
+  std::printf("RESULT device=%s ema_gbps=%.1f copy_gbps=%.1f shard_gbps=%.1f ema_vs_copy=%.3f shard_vs_copy=%.3f "
+              "ema_vs_per_tensor=%.3f bf16_vs_per_tensor=%.3f\n",
+              device.str().c_str(), ema_gbps, copy_gbps, shard_gbps, ema_gbps / copy_gbps, shard_gbps / copy_gbps,
+              t_per_tensor / t_baton32, t_torch16 / t_baton16);
   return 0;
 }
 

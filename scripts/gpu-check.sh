@@ -7,8 +7,8 @@
 #   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
 #   BATON_CHECK_DEPS     where the bundle is unpacked (default ~/.cache/baton/gpu-check-deps; outside the checkout)
 #   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
-#   BATON_CHECK_PARTS    the parts to run (default, in this order: "amp_bf16 amp_fp16 nccl bench_ema tests"; also
-#                        "diffusion", not in the default: minutes of training)
+#   BATON_CHECK_PARTS    the parts to run (default, in this order: "amp_bf16 amp_fp16 nccl sharding bench_ema tests";
+#                        also "diffusion", not in the default: minutes of training)
 #   BATON_CHECK_DATA     the folder holding fashion-mnist/ for the diffusion part (default /usr/share/datasets)
 #   BATON_CHECK_DIFFUSION  more `baton train` arguments for the diffusion part, as shell words (e.g.
 #                        "--set trainer.max_duration=20000ba --set 'plugins.ema.posthoc={ sigma_rels = [0.05] }'")
@@ -17,6 +17,8 @@
 #   build     what the GPU parts need first (the CLI, the ema plugin, two test programs), the rest before the tests
 #   amp_bf16, amp_fp16   a short convnet run with the EMA plugin under each precision on the device
 #   nccl      a one-rank NCCL process group reducing a CUDA tensor
+#   sharding  two ranks over Gloo on the one GPU train the convnet with the EMA under sharding none, zero1, zero2:
+#             the evaluations agree across modes (relative 1e-3) and the sharded runs write shard files
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
 #   diffusion configs/fashion_mnist_ddpm.toml on the device (bench/diffusion_bench.sh: EMA and raw Frechet distances),
 #             the feature classifier from runs/fashion_mnist/model.safetensors, trained on the device when absent
@@ -29,7 +31,7 @@ source_dir=$PWD
 bundle=$(realpath -m "${1:-build-bundle/baton-offline-deps.tar.xz}")
 dir=$(realpath -m "${BATON_CHECK_DIR:-build-gpu}")
 python=$(command -v "${PYTHON:-python3}" || true)
-parts=${BATON_CHECK_PARTS:-amp_bf16 amp_fp16 nccl bench_ema tests}
+parts=${BATON_CHECK_PARTS:-amp_bf16 amp_fp16 nccl sharding bench_ema tests}
 jobs=${BATON_JOBS:-$(nproc)}
 passed=0
 failed=0
@@ -172,6 +174,95 @@ check_nccl() {
   fi
 }
 
+# --- a sharded run of every mode on the device: two ranks over Gloo on one GPU (NCCL refuses two ranks on one) ---
+check_sharding() {
+  local root=$dir/sharding started=$SECONDS mode line summary="" begun
+  if [[ $device != cuda* ]]; then
+    result sharding skipped "no CUDA device"
+    return
+  fi
+  rm -rf "$root" && mkdir -p "$root"
+  cat > "$root/run.toml" <<EOF
+[run]
+name = "convnet"
+seed = 1
+
+[data]
+name = "synthetic"
+batch_size = 64
+train_size = 2048
+eval_size = 512
+
+[model]
+name = "convnet"
+
+[optimizer]
+name = "adam"
+lr = 1e-3
+
+[trainer]
+max_duration = "2ep"
+eval_interval = "1ep"
+device = "cuda:0"
+precision = "fp32"
+progress = false
+
+[checkpoint]
+save_interval = "1ep"
+
+[distributed]
+backend = "gloo"
+
+[[plugins]]
+name = "ema"
+half_life = "16ba"
+eval = "both"
+EOF
+  for mode in none zero1 zero2; do
+    mkdir -p "$root/$mode"
+    begun=$SECONDS
+    if ! (cd "$root/$mode" && "$baton" launch --nproc 2 train ../run.toml --set "distributed.sharding=$mode") \
+         > "$root/$mode/train.log" 2>&1; then
+      tail -15 "$root/$mode/train.log"
+      result sharding fail "mode=$mode did not train (log: $root/$mode/train.log)"
+      return
+    fi
+    summary+=" ${mode}_seconds=$((SECONDS - begun))"
+  done
+  # Every mode is the same optimisation: the EMA's and the raw weights' evaluations agree across modes up to the
+  # device's order of reduction (cuDNN, the sums over ranks), and the sharded runs wrote shard files.
+  line=$("$python" - "$root" <<'EOF'
+import json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+last = {}
+for mode in ("none", "zero1", "zero2"):
+    values = {}
+    for path in (root / mode).rglob("metrics.jsonl"):
+        for text in open(path):
+            record = json.loads(text)
+            values.update({k: v for k, v in record.items() if k.startswith("eval") and "loss" in k})
+    last[mode] = values
+worst = 0.0
+for mode in ("zero1", "zero2"):
+    for key, a in last["none"].items():
+        b = last[mode].get(key)
+        if b is None:
+            print(f"{mode} logged no {key}")
+            sys.exit(1)
+        worst = max(worst, abs(a - b) / max(abs(a), 1e-12))
+shards = sum(1 for m in ("zero1", "zero2") for _ in (root / m).rglob("model-shard-*.safetensors"))
+print(" ".join(f"{k}={v:.5g}" for k, v in sorted(last["none"].items())), f"worst_rel_diff={worst:.2e}",
+      f"shard_files={shards}")
+sys.exit(0 if last["none"] and worst <= 1e-3 and shards > 0 else 1)
+EOF
+)
+  if (($? == 0)); then
+    result sharding ok "device=$device ranks=2 backend=gloo $line$summary seconds=$((SECONDS - started))"
+  else
+    result sharding fail "modes disagree or wrote no shard files: $line$summary (runs: $root)"
+  fi
+}
+
 # --- EMA update bandwidth ---
 check_bench_ema() {
   local out status line
@@ -250,10 +341,11 @@ for part in $parts; do
   case $part in
     amp_bf16 | amp_fp16) check_amp "$part" ;;
     nccl) check_nccl ;;
+    sharding) check_sharding ;;
     bench_ema) check_bench_ema ;;
     diffusion) check_diffusion ;;
     tests) check_tests ;;
-    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl bench_ema diffusion tests)" ;;
+    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl sharding bench_ema diffusion tests)" ;;
   esac
 done
 finish

@@ -29,6 +29,7 @@
 #include "ema/ema_kernel.h"
 #include "ema/ema_test_support.h"
 #include "error_text.h"
+#include "test_device.h"
 
 using baton::test::error_text;
 
@@ -190,6 +191,52 @@ TEST_SUITE("ema") {
     check_closed_form(ema.get("w"), 4, 0.6, at::kFloat, 5e-6);
     CHECK_FALSE(ema.get("w").requires_grad());
     CHECK_FALSE(ema.get("w").grad_fn());
+  }
+
+  TEST_CASE("on the test device (BATON_TEST_DEVICE): the closed form for every dtype, strided and mixed weights") {
+    // On a GPU the averaged tensors of one dtype are updated together (one multi-tensor lerp), mixed-dtype and
+    // strided pairs one by one: every path must give the closed form.
+    const c10::Device device(baton::test::test_device());
+    INFO("device " << device.str());
+    for (auto dtype : {at::kFloat, at::kDouble}) {
+      INFO("dtype " << c10::toString(dtype));
+      Net net(dtype);
+      net.to(device);
+      set_all(net, 0);
+      baton::EmaOptions options;
+      options.smoothing = 0.9;
+      baton::ExponentialMovingAverage ema(net, options);
+      run_updates(ema, net, 7);
+      const double tolerance = dtype == at::kFloat ? 5e-6 : 1e-12;
+      CHECK(ema.get("block.weight").device() == device);
+      check_closed_form(ema.get("block.weight"), 7, 0.9, dtype, tolerance);
+      check_closed_form(ema.get("head"), 7, 0.9, dtype, tolerance);
+      check_closed_form(ema.get("running_mean"), 7, 0.9, dtype, tolerance);
+      CHECK(ema.get("num_batches_tracked").item<std::int64_t>() == 71);
+    }
+    struct Mixed : torch::nn::Module {
+      Mixed() {
+        strided = register_parameter("strided", at::zeros({4, 3}).t());
+        low = register_parameter("low", at::zeros({6}, at::kBFloat16));
+        plain = register_parameter("plain", at::zeros({5}));
+      }
+      at::Tensor strided, low, plain;
+    } mixed;
+    mixed.to(device);
+    REQUIRE_FALSE(mixed.strided.is_contiguous());
+    for (const auto& p : mixed.parameters()) set_weights(p, 0);
+    baton::EmaOptions options;
+    options.smoothing = 0.6;
+    options.float32 = true;
+    baton::ExponentialMovingAverage ema(mixed, options);
+    for (int j = 1; j <= 4; ++j) {
+      for (const auto& p : mixed.parameters()) set_weights(p, j);
+      ema.update(mixed);
+    }
+    check_closed_form(ema.get("strided"), 4, 0.6, at::kFloat, 5e-6);
+    check_closed_form(ema.get("low"), 4, 0.6, at::kBFloat16, 5e-6);
+    CHECK((ema.get("low").scalar_type() == at::kFloat));
+    check_closed_form(ema.get("plain"), 4, 0.6, at::kFloat, 5e-6);
   }
 
   TEST_CASE("a large model through the class: every tensor updated, same as a per-element reference") {

@@ -38,7 +38,7 @@ struct Net : torch::nn::Module {
 };
 
 inline std::vector<double> values(const at::Tensor& t) {
-  at::Tensor d = t.detach().to(at::kDouble).contiguous();
+  at::Tensor d = t.detach().to(at::kDouble).cpu().contiguous();
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
