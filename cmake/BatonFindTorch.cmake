@@ -8,6 +8,18 @@
 # Caffe2Config.cmake and libraries: a build that mixes two LibTorch versions and fails only at run time. Putting
 # Torch_DIR's prefix first on CMAKE_PREFIX_PATH while it runs makes every one of those searches find the LibTorch
 # that Torch_DIR names.
+# The link option that makes libstdc++'s shared library the first needed library: its path as the compiler finds
+# it (-print-file-name), or -lstdc++ where the compiler names no such file.
+function(baton_libstdcxx_first out)
+  execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -print-file-name=libstdc++.so.6
+                  OUTPUT_VARIABLE _path OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _status)
+  if(_status EQUAL 0 AND IS_ABSOLUTE "${_path}" AND EXISTS "${_path}")
+    set(${out} "LINKER:--push-state,--no-as-needed,${_path},--pop-state" PARENT_SCOPE)
+  else()
+    set(${out} "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state" PARENT_SCOPE)
+  endif()
+endfunction()
+
 macro(baton_find_torch how)
   set(_baton_saved_prefix_path "${CMAKE_PREFIX_PATH}")
   if(Torch_DIR)
@@ -29,9 +41,13 @@ macro(baton_find_torch how)
   # needed libraries gets std::filesystem::remove_all from libtorch and crashes on it (a jump to address 0; seen on
   # a GPU machine and here). libstdc++ named first, before any object file, makes the loader find the real ones.
   # On `torch` itself, so every target that links LibTorch gets it, users' programs through batonConfig.cmake too.
+  # Named by the shared library's own path: a compiler installed without the libstdc++.so link (only
+  # libstdc++.a beside it, as on a GPU machine's /opt/gcc) resolves -lstdc++ to the archive, which adds no needed
+  # library, and the program then took remove_all from libtorch.so again.
   if(TARGET torch AND CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS
-                 "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+    baton_libstdcxx_first(_baton_libstdcxx_option)
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS "${_baton_libstdcxx_option}")
+    unset(_baton_libstdcxx_option)
   endif()
 
   # PyTorch's wheel keeps the CUDA libraries its LibTorch was built with (cuDNN, NCCL, the CUDA runtime) in the

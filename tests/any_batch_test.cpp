@@ -97,6 +97,7 @@ baton::TrainerOptions quiet(const std::string& run_dir, const std::string& durat
   o.progress = false;
   o.run_dir = run_dir;
   o.seed = 7;
+  o.precision = baton::Precision::fp32;  // the expected values are float32 ones, whatever the CPU
   return o;
 }
 
@@ -253,6 +254,7 @@ vocab = 20
 name = "adam"
 lr = 0.02
 [trainer]
+precision = "fp32"
 max_duration = "8ep"
 progress = false
 [[plugins]]
@@ -306,6 +308,7 @@ lr = 0.05
 [loss]
 name = ")" + loss + R"("
 [trainer]
+precision = "fp32"
 max_duration = "15ep"
 progress = false
 [[plugins]]
@@ -357,6 +360,7 @@ metrics = ["ring_error"]
 name = "gan_2d"
 lr = 0.002
 [trainer]
+precision = "fp32"
 max_duration = ")" + duration + R"("
 progress = false
 [checkpoint]
@@ -471,6 +475,7 @@ name = "sgd"
 lr = 0.1
 momentum = 0.9
 [trainer]
+precision = "fp32"
 max_duration = "12ep"
 progress = false
 [[plugins]]

@@ -62,6 +62,7 @@ lr = 0.05
 max_duration = "2ep"
 eval_interval = "1ep"
 progress = false
+precision = "fp32"
 
 [checkpoint]
 save_interval = "1ep"
@@ -523,7 +524,7 @@ TEST_SUITE("cli") {
              "[data]\nname = \"safetensors\"\npath = \"" + file + "\"\nbatch_size = 128\neval_batch_size = 128\n"
              "eval_fraction = 0.1\nworkers = 0\n\n"
              "[model]\nname = \"mlp\"\nwidths = []\n\n[optimizer]\nname = \"sgd\"\nlr = 0.5\n\n"
-             "[trainer]\nmax_duration = \"1ep\"\neval_interval = \"1ep\"\nprogress = false\n";
+             "[trainer]\nprecision = \"fp32\"\nmax_duration = \"1ep\"\neval_interval = \"1ep\"\nprogress = false\n";
     };
     // `baton train` under the cap, with its peak resident memory (VmHWM, in KiB) from GNU time.
     const auto train_capped = [&](const std::string& name, const std::string& file) {

@@ -114,6 +114,7 @@ name = "sgd"
 lr = 0.05
 
 [trainer]
+precision = "fp32"
 max_duration = "1ep"
 eval_interval = "1ep"
 log_interval = "1ba"

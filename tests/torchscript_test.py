@@ -154,6 +154,7 @@ lr = 0.05
 momentum = 0.9
 
 [trainer]
+precision = "fp32"
 max_duration = "{epochs}ep"
 eval_interval = "1ep"
 progress = false
@@ -266,6 +267,7 @@ lr = 0.05
 momentum = 0.9
 
 [trainer]
+precision = "fp32"
 max_duration = "3ep"
 progress = false
 

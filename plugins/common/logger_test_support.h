@@ -48,6 +48,7 @@ batch_size = 32
 name = "mlp"
 widths = [8]
 [trainer]
+precision = "fp32"
 max_duration = ")" + duration + R"("
 eval_interval = "1ep"
 log_interval = "1ba"

@@ -48,6 +48,7 @@ sample_steps = 4
 name = "adam"
 lr = 0.002
 [trainer]
+precision = "fp32"
 max_duration = ")" + duration + R"("
 eval_interval = "4ba"
 progress = false

@@ -27,6 +27,7 @@ TEST_SUITE("lr_monitor") {
     options.quiet = true;
     options.progress = false;
     options.run_dir = dir.string();
+    options.precision = baton::Precision::fp32;  // float32 expectations, whatever the CPU computes natively
     // The factor applied before each batch: 1 - batch / 6, batch counting those before it.
     options.lr_schedule = [](const baton::Progress& p) { return 1.0 - static_cast<double>(p.now.batch) / 6.0; };
 

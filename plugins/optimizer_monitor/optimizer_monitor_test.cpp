@@ -126,6 +126,7 @@ TEST_SUITE("optimizer_monitor") {
     options.quiet = true;
     options.progress = false;
     options.run_dir = dir.string();
+    options.precision = baton::Precision::fp32;  // float32 expectations, whatever the CPU computes natively
     at::manual_seed(5);
     baton::ModelSpec spec;
     spec.name = "mlp";
