@@ -90,10 +90,10 @@ void ExponentialMovingAverage::copy_to(torch::nn::Module& model) const {
   impl_->require_initialized("copy_to");
   impl_->require_not_swapped("copy_to");
   const auto weights = impl_->align(model);
-  const at::Tensor flat = impl_->sharded() ? impl_->gather() : at::Tensor();
+  const std::vector<at::Tensor> gathered = impl_->gather();
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < weights.size(); ++i) {
-    const at::Tensor average = impl_->average_of(impl_->entries[i], flat);
+    const at::Tensor average = impl_->average_of(i, gathered);
     weights[i].detach().copy_(average, /*non_blocking=*/!average.is_cpu());
   }
 }
@@ -103,13 +103,13 @@ void ExponentialMovingAverage::to(const std::string& device) {
   const c10::Device target = parse_ema_device(device);
   for (auto& entry : impl_->entries)
     if (entry.ema.defined()) entry.ema = entry.ema.to(target);
-  if (impl_->shard.data.defined()) impl_->shard.data = impl_->shard.data.to(target);
+  for (auto& buffer : impl_->shard.buffers) buffer = buffer.to(target);
   impl_->options.device = device;
   impl_->plan = ema_kernel::Plan();
 }
 
 std::string ExponentialMovingAverage::device() const {
-  if (impl_->shard.data.defined() && impl_->shard.total > 0) return impl_->shard.data.device().str();
+  if (!impl_->shard.buffers.empty()) return impl_->shard.buffers.front().device().str();
   if (impl_->entries.empty()) return impl_->options.device;
   return Impl::current(impl_->entries.front()).device().str();
 }
@@ -129,7 +129,7 @@ std::int64_t ExponentialMovingAverage::bytes() const {
   std::int64_t total = 0;
   for (const auto& entry : impl_->entries)
     if (!entry.in_shard) total += static_cast<std::int64_t>(Impl::current(entry).nbytes());
-  if (impl_->shard.data.defined()) total += static_cast<std::int64_t>(impl_->shard.data.nbytes());
+  for (const auto& buffer : impl_->shard.buffers) total += static_cast<std::int64_t>(buffer.nbytes());
   return total;
 }
 
@@ -152,11 +152,12 @@ at::Tensor ExponentialMovingAverage::get(const std::string& name) const {
 
 std::vector<std::pair<std::string, at::Tensor>> ExponentialMovingAverage::state_dict() const {
   // Sharded and not swapped in: every rank gathers (a collective), whatever it then does with the result.
-  const at::Tensor flat = impl_->sharded() && !impl_->swapped ? impl_->gather() : at::Tensor();
+  const std::vector<at::Tensor> gathered =
+      impl_->swapped ? std::vector<at::Tensor>(impl_->entries.size()) : impl_->gather();
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.reserve(impl_->entries.size());
-  for (const auto& entry : impl_->entries)
-    out.emplace_back(entry.name, impl_->average_of(entry, flat).clone(at::MemoryFormat::Contiguous));
+  for (std::size_t i = 0; i < impl_->entries.size(); ++i)
+    out.emplace_back(impl_->entries[i].name, impl_->average_of(i, gathered).clone(at::MemoryFormat::Contiguous));
   return out;
 }
 
@@ -187,11 +188,15 @@ void ExponentialMovingAverage::load_state_dict(const std::vector<std::pair<std::
     for (std::size_t i = 0; i < sources.size(); ++i)
       if (!sources[i]) throw Error("EMA state: tensor '" + impl_->entries[i].name + "' is missing");
   at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < sources.size(); ++i)
-    if (sources[i] && !impl_->entries[i].in_shard) impl_->entries[i].ema.copy_(*sources[i]);
-  // A sharded EMA takes its slice of the whole one, whatever world size saved it.
-  for (const auto& s : impl_->shard.segments)
-    if (sources[s.entry]) impl_->shard.view(s).copy_(Impl::Shard::piece(*sources[s.entry], s));
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i]) continue;
+    const Impl::Entry& entry = impl_->entries[i];
+    // A sharded EMA takes its rows of the whole one, whatever world size saved it.
+    if (entry.in_shard)
+      impl_->shard.layout->write_shard(*sources[i], entry.slot, impl_->shard.buffer(entry.dtype));
+    else
+      impl_->entries[i].ema.copy_(*sources[i]);
+  }
 }
 
 const EmaOptions& ExponentialMovingAverage::options() const { return impl_->options; }

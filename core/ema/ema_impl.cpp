@@ -109,40 +109,58 @@ c10::Device parse_ema_device(const std::string& device) {
   }
 }
 
+const at::Tensor& ExponentialMovingAverage::Impl::Shard::buffer(at::ScalarType dtype) const {
+  const auto& dtypes = layout->dtypes();
+  return buffers[static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), dtype) - dtypes.begin())];
+}
+
+at::Tensor ExponentialMovingAverage::Impl::Shard::view(std::size_t slot) const {
+  return layout->shard_of_buffer(buffer(layout->slots()[slot].dtype), slot);
+}
+
 void ExponentialMovingAverage::Impl::make_shard(const std::vector<at::Tensor>& weights) {
-  const int rank = options.shard_over->rank(), world = options.shard_over->world_size();
   shard = Shard();
-  std::optional<at::ScalarType> dtype;
+  std::vector<sharding::TensorSpec> specs;
   c10::Device device(c10::kCPU);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     Entry& e = entries[i];
     if (!e.in_shard) continue;
-    e.offset = shard.total;
-    shard.total += e.numel();
-    // One buffer needs one dtype: mixed dtypes share the wider one (each tensor converts back when gathered).
-    dtype = dtype ? at::promote_types(*dtype, e.dtype) : e.dtype;
-    if (shard.total == e.numel()) device = average_device(weights[i]);
+    if (specs.empty()) device = average_device(weights[i]);
+    e.slot = specs.size();
+    specs.push_back({e.name, e.shape, e.dtype});
+    shard.entry_of.push_back(i);
   }
-  shard.chunk = (shard.total + world - 1) / world;
-  shard.begin = std::min(shard.total, shard.chunk * rank);
-  shard.end = std::min(shard.total, shard.begin + shard.chunk);
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    if (!e.in_shard) continue;
-    const std::int64_t lo = std::max(shard.begin, e.offset), hi = std::min(shard.end, e.offset + e.numel());
-    if (lo < hi) shard.segments.push_back(Shard::Segment{i, lo - e.offset, lo - shard.begin, hi - lo});
+  shard.layout.emplace(std::move(specs), options.shard_over->rank(), options.shard_over->world_size());
+  for (at::ScalarType dtype : shard.layout->dtypes())
+    shard.buffers.push_back(shard.layout->new_buffer(dtype, device));  // zeroed: the padding stays 0
+  for (std::size_t slot = 0; slot < shard.entry_of.size(); ++slot) {
+    const std::size_t i = shard.entry_of[slot];
+    shard.layout->write_shard(weights[i], slot, shard.buffer(entries[i].dtype));
   }
-  shard.data = at::empty({shard.chunk}, at::TensorOptions().dtype(dtype.value_or(at::kFloat)).device(device));
-  if (shard.end - shard.begin < shard.chunk) shard.data.slice(0, shard.end - shard.begin).zero_();
-  for (const auto& s : shard.segments) shard.view(s).copy_(Shard::piece(weights[s.entry], s));
 }
 
-at::Tensor ExponentialMovingAverage::Impl::gather() const {
-  if (shard.total == 0) return shard.data;
+std::vector<at::Tensor> ExponentialMovingAverage::Impl::gather() const {
+  std::vector<at::Tensor> out(entries.size());
+  if (!shard.layout) return out;
   // On the backend's device (NCCL: the rank's GPU), wherever the EMA lives (device = "cpu" offloads it).
   const c10::Device backend(options.shard_over->device());
-  if (shard.data.device() == backend) return options.shard_over->all_gather(shard.data);
-  return options.shard_over->all_gather(shard.data.to(backend)).to(shard.data.device());
+  for (const at::Tensor& buffer : shard.buffers) {
+    std::vector<at::Tensor> full;
+    if (buffer.numel() == 0) {  // only empty tensors of this dtype: nothing to move
+      full.resize(shard.entry_of.size());
+      for (std::size_t slot = 0; slot < full.size(); ++slot)
+        if (shard.layout->slots()[slot].dtype == buffer.scalar_type())
+          full[slot] = at::empty(shard.layout->slots()[slot].shape, buffer.options());
+    } else {
+      const at::Tensor gathered = buffer.device() == backend
+                                      ? options.shard_over->all_gather(buffer)
+                                      : options.shard_over->all_gather(buffer.to(backend)).to(buffer.device());
+      full = shard.layout->unpack(gathered);
+    }
+    for (std::size_t slot = 0; slot < full.size(); ++slot)
+      if (full[slot].defined()) out[shard.entry_of[slot]] = std::move(full[slot]);
+  }
+  return out;
 }
 
 std::vector<at::Tensor> ExponentialMovingAverage::Impl::align(const torch::nn::Module& model) const {
@@ -182,23 +200,14 @@ void ExponentialMovingAverage::Impl::update(const torch::nn::Module& model, doub
   // kernel, element by element), so both give bitwise the same average; no rank talks to another.
   std::vector<ema_kernel::Task> tasks;
   std::vector<OpUpdate> others;  // updated with LibTorch ops
-  tasks.reserve(entries.size() + shard.segments.size());
+  tasks.reserve(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
-    if (e.in_shard) continue;
-    if (auto task = kernel_task(e.ema, weights[i], e.averaged))
-      tasks.push_back(*task);
-    else
-      others.push_back({e.ema, weights[i], e.averaged});
-  }
-  for (const auto& s : shard.segments) {
-    const Entry& e = entries[s.entry];
-    at::Tensor average = shard.view(s);
-    // A strided weight's piece is a temporary copy: the plan must not keep its address.
-    at::Tensor weight = Shard::piece(weights[s.entry], s);
-    std::optional<ema_kernel::Task> task;
-    if (weights[s.entry].is_contiguous()) task = kernel_task(average, weight, e.averaged);
-    if (task)
+    // A sharded entry pairs its rows in the shard's buffer with the same rows of the weight (a view: dim-0 rows of
+    // a contiguous tensor are contiguous, so the fused kernel takes them in place).
+    at::Tensor average = e.in_shard ? shard.view(e.slot) : e.ema;
+    at::Tensor weight = e.in_shard ? shard.layout->shard(weights[i], e.slot) : weights[i];
+    if (auto task = kernel_task(average, weight, e.averaged))
       tasks.push_back(*task);
     else
       others.push_back({average, weight, e.averaged});
@@ -252,9 +261,9 @@ void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& wei
 }
 
 void ExponentialMovingAverage::Impl::gather_for_swap() {
-  const at::Tensor flat = gather();
-  for (auto& e : entries)
-    if (e.in_shard) e.ema = unflatten(flat, e);
+  std::vector<at::Tensor> gathered = gather();
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].in_shard) entries[i].ema = std::move(gathered[i]);
 }
 
 void ExponentialMovingAverage::Impl::release_gathered() {

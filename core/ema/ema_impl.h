@@ -3,6 +3,7 @@
 // EMA this rank's slice of them. ema.cpp implements the public class on it; ema_impl.cpp the work on tensors
 // (alignment with a model, the update, the swap, the shard's layout and gather).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "baton/error.h"
 #include "baton/text.h"  // glob_match
 #include "ema/ema_kernel.h"
+#include "sharding/layout.h"
 
 namespace baton {
 
@@ -29,10 +31,10 @@ struct ExponentialMovingAverage::Impl {
     bool averaged = false;
     std::vector<std::int64_t> shape;
     at::ScalarType dtype = at::kFloat;  // of the average
-    // Sharded: the tensor is a range of the flattened EMA, of which this rank holds a slice; `ema` is then only
-    // defined while the whole EMA is gathered for a swap.
+    // Sharded: the tensor's rows held by this rank live in the shard's buffer (slot `slot` of its layout); `ema`
+    // is then only defined while the whole EMA is gathered for a swap.
     bool in_shard = false;
-    std::int64_t offset = 0;  // in the flattened EMA
+    std::size_t slot = 0;
     at::Tensor ema;     // the average; undefined while its storage is exchanged into the model
     at::Tensor stash;   // while swapped: the raw weights (their storage, or a backup copy)
     at::Tensor holder;  // while swapped by exchange: the model tensor that now holds the EMA's storage
@@ -43,23 +45,16 @@ struct ExponentialMovingAverage::Impl {
     }
   };
 
-  // This rank's contiguous slice [begin, end) of the flattened floating-point tensors of a sharded EMA. Every rank's
-  // slice is `chunk` long (the last one padded) so that one allgather joins them.
+  // A sharded EMA: this rank's rows of every floating tensor, in FSDP2's Shard(0) layout (sharding/layout.h: the
+  // rows torch.chunk gives rank r), one flat buffer per dtype of the average. The same layout as a sharded run's
+  // parameters, so the EMA of a rank's shard is made of that rank's rows, and one all-gather per dtype joins them.
   struct Shard {
-    struct Segment {  // where one tensor overlaps the slice
-      std::size_t entry;
-      std::int64_t in_tensor;
-      std::int64_t in_shard;
-      std::int64_t length;
-    };
-    at::Tensor data;
-    std::int64_t total = 0, chunk = 0, begin = 0, end = 0;
-    std::vector<Segment> segments;
-
-    at::Tensor view(const Segment& s) const { return data.slice(0, s.in_shard, s.in_shard + s.length); }
-    static at::Tensor piece(const at::Tensor& tensor, const Segment& s) {
-      return tensor.detach().reshape({-1}).slice(0, s.in_tensor, s.in_tensor + s.length);
-    }
+    std::optional<sharding::Layout> layout;
+    std::vector<at::Tensor> buffers;       // beside layout->dtypes()
+    std::vector<std::size_t> entry_of;     // the entry of each slot
+    const at::Tensor& buffer(at::ScalarType dtype) const;
+    // Slot `slot`'s rows in its buffer: a view, so writing it writes the EMA.
+    at::Tensor view(std::size_t slot) const;
   };
 
   EmaOptions options;
@@ -121,19 +116,16 @@ struct ExponentialMovingAverage::Impl {
                               /*copy=*/true, at::MemoryFormat::Contiguous);
   }
 
-  // Lays the floating-point entries end to end and takes this rank's slice of them, filled from `weights`.
+  // Builds the layout over the floating-point entries and fills this rank's rows from `weights`.
   void make_shard(const std::vector<at::Tensor>& weights);
 
-  // The whole flattened EMA (a collective: every rank's slice, in rank order).
-  at::Tensor gather() const;
+  // The whole average of every sharded entry, by entry index (undefined for the others): a collective, one
+  // all-gather per dtype.
+  std::vector<at::Tensor> gather() const;
 
-  static at::Tensor unflatten(const at::Tensor& flat, const Entry& e) {
-    return flat.slice(0, e.offset, e.offset + e.numel()).view(e.shape).to(e.dtype);
-  }
-
-  // Every entry's average as a tensor: a view of `flat` (the gathered EMA) for sharded entries not swapped in.
-  at::Tensor average_of(const Entry& e, const at::Tensor& flat) const {
-    return whole(e) ? current(e) : unflatten(flat, e);
+  // Entry i's average as a tensor: from `gathered` (gather()'s result) for sharded entries not swapped in.
+  at::Tensor average_of(std::size_t i, const std::vector<at::Tensor>& gathered) const {
+    return whole(entries[i]) ? current(entries[i]) : gathered[i];
   }
 
   // The model's tensors in the EMA's order, checked name by name and shape by shape.

@@ -1,6 +1,6 @@
 // The EMA sharded over a data-parallel run's ranks (EmaOptions::shard_over), with ranks as threads of this process
-// joined over loopback Gloo: each rank keeps its slice, updates it without a collective, and the gathered EMA is
-// the one a single process computes.
+// joined over loopback Gloo: each rank keeps its rows of every tensor (sharding/layout.h), updates them without a
+// collective, and the gathered EMA is the one a single process computes.
 #include "baton_test.h"
 
 #include <ATen/core/grad_mode.h>
@@ -84,7 +84,7 @@ EmaOptions options(double smoothing, std::shared_ptr<Communicator> comm = nullpt
 }  // namespace
 
 TEST_SUITE("ema_sharded") {
-  TEST_CASE("each rank keeps its 1/W slice, updates it with no collective, and gathers the closed-form EMA") {
+  TEST_CASE("each rank keeps its rows of every tensor, updates them with no collective, gathers the closed form") {
     for (int world : {2, 3}) {
       CAPTURE(world);
       baton::test::run_ranks(world, [world](std::shared_ptr<Communicator> comm) {
@@ -92,10 +92,13 @@ TEST_SUITE("ema_sharded") {
         set_weights(model, 0);
         ExponentialMovingAverage ema(*model, options(0.5, comm));
         CHECK(ema.sharded());
-        // 55 floating elements: a slice of ceil(55 / W) fp32 per rank, plus the 8-byte counter kept whole.
-        const std::int64_t chunk = (55 + world - 1) / world;
+        // FSDP2's Shard(0): every rank keeps a block of ceil(rows / W) rows of each floating tensor (padded where
+        // it holds fewer), plus the 8-byte counter kept whole. Rows x row size: [4, 5], [4] x 5 (a bias, batch
+        // norm's weight, bias, running mean and variance), [3, 4], [3]. W = 2: 2*5 + 5*2 + 2*4 + 2 = 30 fp32;
+        // W = 3: 2*5 + 5*2 + 1*4 + 1 = 25.
+        const std::int64_t held = world == 2 ? 30 : 25;
         CHECK(ema.full_bytes() == 55 * 4 + 8);
-        CHECK(ema.bytes() == chunk * 4 + 8);
+        CHECK(ema.bytes() == held * 4 + 8);
         const std::int64_t before = comm->collectives();
         for (int k = 1; k <= 3; ++k) {
           set_weights(model, k);

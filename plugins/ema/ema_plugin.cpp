@@ -160,7 +160,7 @@ class EmaAlgorithm final : public Algorithm {
     // The request for a set is the run's (checked against what plugins declare); another plugin's set means the
     // raw weights here, for that plugin to swap its own in.
     eval_weights_ = state.facts.requested_weights();
-    // Data-parallel ranks hold identical weights, so each keeps only its slice of the average.
+    // Data-parallel ranks hold identical weights, so each keeps only its rows of the average.
     if (settings_.sharded.value_or(true) && state.facts.communicator() && state.facts.world_size() > 1) {
       EmaOptions options = settings_.ema;
       options.shard_over = state.facts.communicator();

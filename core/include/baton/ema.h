@@ -41,8 +41,9 @@ struct EmaOptions {
   bool float32 = false;                      // keep an fp32 EMA of bf16/fp16 weights (otherwise the weights' dtype)
   std::string device;                        // "" = the model's device; "cpu" keeps the EMA in host memory
   int threads = 0;                           // CPU update threads; 0 = one per core (OMP_NUM_THREADS if set)
-  /// Shards the EMA over a data-parallel run's ranks, whose weights are identical: each rank keeps only its
-  /// contiguous 1/W slice of the flattened floating-point tensors and updates it with no communication. Calls
+  /// Shards the EMA over a data-parallel run's ranks, whose weights are identical: each rank keeps only its rows
+  /// of each floating-point tensor (FSDP2's Shard(0): ceil(rows / W) rows per rank as torch.chunk splits them, the
+  /// layout of a sharded run's parameters) and updates them with no communication. Calls
   /// that need the whole EMA — swap, copy_to, state_dict — gather it (one allgather) and are collectives: every
   /// rank must make them. Null: the whole EMA on this process.
   std::shared_ptr<Communicator> shard_over;
@@ -91,7 +92,7 @@ class BATON_API ExponentialMovingAverage {
   std::int64_t bytes() const;
   /// Bytes of the whole average.
   std::int64_t full_bytes() const;
-  /// Whether each rank holds only its slice (EmaOptions::shard_over).
+  /// Whether each rank holds only its rows (EmaOptions::shard_over).
   bool sharded() const;
   /// The EMA tensor of a parameter or buffer (shared, not a copy). Throws baton::Error naming an unknown name, or
   /// a sharded tensor outside a swap (state_dict() gathers those).
@@ -103,7 +104,7 @@ class BATON_API ExponentialMovingAverage {
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
   /// Replaces the EMA with `state`, checking names, shapes and dtypes against the EMA's layout (which needs an
   /// initialised EMA). strict: every kept tensor must be present and none extra. Throws baton::Error naming the
-  /// offending tensor. Sharded: each rank takes its slice of the whole EMA, saved at any world size (no collective).
+  /// offending tensor. Sharded: each rank takes its rows of the whole EMA, saved at any world size (no collective).
   void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
 
   const EmaOptions& options() const;
