@@ -53,7 +53,7 @@ void write_config(const fs::path& file, const std::string& name, int batch_size,
                       << "batch_size = " << batch_size << "\neval_batch_size = 64\n"
                       << "[model]\nname = \"mlp\"\nwidths = [32]\n"
                       << "[optimizer]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n"
-                      << "[trainer]\nmax_duration = \"2ep\"\nthreads = 1\nprogress = false\n"
+                      << "[trainer]\nprecision = \"fp32\"\nmax_duration = \"2ep\"\nthreads = 1\nprogress = false\n"
                       << "[distributed]\ntimeout_seconds = 20\n"
                       << extra;
 }
@@ -123,7 +123,7 @@ void write_sharded_config(const fs::path& file, const std::string& name, const s
                       << "batch_size = 32\neval_batch_size = 64\n"
                       << "[model]\nname = \"mlp\"\nwidths = [32]\n"
                       << "[optimizer]\n" << optimizer
-                      << "[trainer]\nmax_duration = \"2ep\"\nthreads = 1\nprogress = false\n"
+                      << "[trainer]\nprecision = \"fp32\"\nmax_duration = \"2ep\"\nthreads = 1\nprogress = false\n"
                       << "[checkpoint]\nsave_interval = \"0ep\"\n"
                       << "[distributed]\ntimeout_seconds = 20\nsharding = \"" << sharding << "\"\n"
                       << extra;
@@ -643,6 +643,26 @@ TEST_SUITE("distributed_cli") {
     MESSAGE("zero2 with the EMA and microbatches: weights " << weights << ", EMA " << averaged);
     CHECK(weights <= 1e-6);
     CHECK(averaged <= 1e-6);
+
+    // Gradient clipping acts on what the optimizer steps: under zero2 each rank's shard of the averaged gradients,
+    // by the global norm (the ranks' squares summed; a rank's own norm would clip less) or element by element. A
+    // threshold below the gradients' norm, so every step is clipped: the run then differs from sgd-none's.
+    for (const std::string type : {"norm", "value"}) {
+      for (const std::string mode : {"none", "zero2"}) {
+        const std::string name = "clip-" + type + "-" + mode;
+        write_sharded_config(dir / (name + ".toml"), name, mode, optimizers.front().second,
+                             "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"" + type +
+                                 "\"\nclipping_threshold = " + (type == "norm" ? "0.05" : "0.002") + "\n");
+        Result r = run_baton(dir, {"launch", "--nproc", "2", "train", name + ".toml"});
+        INFO(r.out);
+        REQUIRE(r.status == 0);
+      }
+      const double sharded = max_relative_difference(runs / ("clip-" + type + "-zero2"), runs / ("clip-" + type + "-none"));
+      const double clipped = max_relative_difference(runs / ("clip-" + type + "-none"), runs / "sgd-none");
+      MESSAGE("clipping by " << type << ": zero2 to none " << sharded << ", clipped to unclipped " << clipped);
+      CHECK(sharded <= 1e-5);
+      CHECK(clipped > 1e-2);
+    }
   }
 
   TEST_CASE("issue 38: baton check and train refuse what a sharded run cannot do, naming the key or plugin") {
@@ -656,20 +676,20 @@ TEST_SUITE("distributed_cli") {
       CHECK(r.out.find("distributed.sharding: expected \"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded "
                        "at rest and gathered per unit, is not built yet), got string \"zero3\"") != std::string::npos);
     }
-    // A plugin that reads the model's gradients after the reduce.
+    // A plugin that needs the whole gradients after the reduce (adaptive clipping: a vector's unit spans ranks).
     write_sharded_config(dir / "clip.toml", "clip", "zero2", sgd,
-                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"norm\"\n"
+                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"adaptive\"\n"
                          "clipping_threshold = 1.0\n");
     for (const std::string command : {"check", "train"}) {
       Result r = run_baton(dir, {command, "clip.toml"});
       INFO(r.out);
       CHECK(r.status != 0);
       CHECK(r.out.find("plugin 'gradient_clipping' does not work under distributed.sharding = \"zero2\": it clips "
-                       "the model's gradients after the reduce") != std::string::npos);
+                       "adaptively per unit, and a vector's unit spans ranks") != std::string::npos);
     }
     // The same plugin without sharding passes the check.
     write_sharded_config(dir / "clip-none.toml", "clip-none", "none", sgd,
-                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"norm\"\n"
+                         "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"adaptive\"\n"
                          "clipping_threshold = 1.0\n");
     Result unsharded = run_baton(dir, {"check", "clip-none.toml"});
     INFO(unsharded.out);

@@ -16,6 +16,7 @@ struct RunFacts::Data {
   std::string requested_weights;
   std::vector<std::string> plugins;
   TrainingPasses* passes = nullptr;
+  bool sharded = false;
   std::function<Outputs(const Batch&)> probe;
   Batch example;
   std::vector<std::string> metric_names;
@@ -44,6 +45,7 @@ const std::shared_ptr<Communicator>& RunFacts::communicator() const { return dat
 const std::string& RunFacts::requested_weights() const { return data_->requested_weights; }
 const std::vector<std::string>& RunFacts::plugins() const { return data_->plugins; }
 TrainingPasses* RunFacts::passes() const { return data_->passes; }
+bool RunFacts::sharded() const { return data_->sharded; }
 
 bool RunFacts::can_probe() const { return static_cast<bool>(data_->probe); }
 Outputs RunFacts::probe_forward(const Batch& batch) const {
@@ -94,6 +96,7 @@ void RunFacts::set_seed(std::uint64_t seed) { data_->seed = seed; }
 void RunFacts::set_requested_weights(std::string weights) { data_->requested_weights = std::move(weights); }
 void RunFacts::add_plugin(std::string id) { data_->plugins.push_back(std::move(id)); }
 void RunFacts::set_passes(TrainingPasses* passes) { data_->passes = passes; }
+void RunFacts::set_sharded(bool sharded) { data_->sharded = sharded; }
 void RunFacts::set_probe(std::function<Outputs(const Batch&)> forward, Batch example) {
   data_->probe = std::move(forward);
   data_->example = std::move(example);

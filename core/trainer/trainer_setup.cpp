@@ -187,6 +187,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
   facts.set_device(options.device);
   facts.set_requested_weights(options.eval_weights);
   facts.set_ranks(options.rank, options.world_size, options.communicator);
+  facts.set_sharded(sharded != nullptr);
   facts.set_seed(options.seed);
   facts.set_run_dir(options.run_dir);
   facts.set_model(module.get());

@@ -9,6 +9,9 @@
 //   norm      torch.nn.utils.clip_grad_norm_: all gradients scaled by min(1, threshold / (total_norm + 1e-6)), where
 //             total_norm is the 2-norm of all gradients as one vector. Logs it as "gradient_clipping/grad_norm".
 //   value     torch.nn.utils.clip_grad_value_: every gradient element clamped to [-threshold, threshold].
+//   Under sharding (zero1/zero2) the optimizer steps this rank's shard of the parameters: norm and value act on
+//   the shard's gradients, the norm summed over the ranks (one collective: the global norm, never a rank's own);
+//   adaptive, whose vector units would span ranks, is refused there.
 //   adaptive  AGC (Brock et al. 2021, https://arxiv.org/abs/2102.06171): per unit (a row of a weight matrix, an
 //             output filter of a convolution, a whole bias vector) the gradient is scaled by
 //             min(1, threshold * max(||W_unit||, 1e-3) / ||G_unit||). The paper's eps keeps parameters that start at
@@ -21,13 +24,17 @@
 #include <vector>
 
 #include <ATen/ops/clamp.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/where.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
+#include "baton/communicator.h"
 #include "baton/plugin.h"
 #include "baton/text.h"
 
@@ -75,23 +82,32 @@ class GradientClipping final : public baton::Algorithm {
   }
   void declare(baton::Declarations& run) const override {
     run.metric("gradient_clipping/grad_norm");
-    // Sharded, the model's .grad is not what the optimizer steps (zero2 releases it), and the norm must be the
-    // global one over every rank's shard: not built yet.
-    run.replicated_only("clips the model's gradients after the reduce");
+    // A unit of AGC is a row of a matrix but a whole vector, whose rows a sharded run spreads over the ranks.
+    if (type_ == Clipping::adaptive) run.replicated_only("clips adaptively per unit, and a vector's unit spans ranks");
   }
 
   void clip(baton::State& state, baton::Logger& logger) {
     if (state.facts.model() == nullptr) throw baton::Error("gradient_clipping: State::model is null");
     c10::NoGradGuard no_grad;
     std::vector<at::Tensor> grads, weights;
-    for (const auto& p : state.facts.model()->parameters()) {
-      if (!p.grad().defined()) continue;
-      grads.push_back(p.grad());
-      weights.push_back(p.detach());
+    if (state.facts.sharded()) {
+      // What the optimizers step: this rank's shards, whose gradients are its shard of the averaged ones.
+      for (const auto& named : state.facts.optimizers())
+        for (const auto& group : named.second->param_groups())
+          for (const auto& p : group.params())
+            if (p.grad().defined()) grads.push_back(p.grad());
+    } else {
+      for (const auto& p : state.facts.model()->parameters()) {
+        if (!p.grad().defined()) continue;
+        grads.push_back(p.grad());
+        weights.push_back(p.detach());
+      }
     }
-    if (grads.empty()) return;
     if (type_ == Clipping::norm) {
-      clip_norm(grads, logger);
+      // Every rank takes part when sharded (its shard may hold no gradient), since the norm is a collective.
+      clip_norm(grads, state.facts.sharded() ? state.facts.communicator().get() : nullptr, logger);
+    } else if (grads.empty()) {
+      return;
     } else if (type_ == Clipping::value) {
       for (auto& g : grads) g.clamp_(-threshold_, threshold_);
     } else {
@@ -100,10 +116,20 @@ class GradientClipping final : public baton::Algorithm {
   }
 
  private:
-  void clip_norm(std::vector<at::Tensor>& grads, baton::Logger& logger) const {
+  // `ranks`: the communicator when the gradients are this rank's shard (the global norm sums every rank's squares;
+  // the padding of a shard is 0 and adds nothing), null when they are whole.
+  void clip_norm(std::vector<at::Tensor>& grads, baton::Communicator* ranks, baton::Logger& logger) const {
     std::vector<at::Tensor> norms;
     for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
-    const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
+    at::Tensor total = norms.empty() ? at::zeros({}, at::kDouble) : at::linalg_vector_norm(at::stack(norms), 2);
+    if (ranks) {
+      const double local = total.item<double>();
+      total = at::full({}, std::sqrt(ranks->sum({local * local}).front()), total.options());
+    }
+    if (grads.empty()) {
+      logger.log_metric("gradient_clipping/grad_norm", total.item<double>());
+      return;
+    }
     // As clip_grad_norm_: the coefficient stays a tensor (no host sync) and is clamped at 1, so gradients below the
     // threshold are multiplied by exactly 1.
     const at::Tensor coefficient = at::clamp(total.add(1e-6).reciprocal().mul(threshold_), c10::nullopt, 1.0);

@@ -88,6 +88,12 @@ class BATON_API RunFacts {
   const std::vector<std::string>& plugins() const;
   /// The trainer's passes a plugin may run; null when no trainer runs this State.
   TrainingPasses* passes() const;
+  /// Whether the run shards its parameters' optimizer state over the ranks ([distributed] sharding = zero1 or
+  /// zero2): the optimizers then step this rank's shard of the parameters (flat tensors, one per dtype), and from
+  /// after_train_batch until the step their gradients are this rank's shard of the averaged gradients. A plugin
+  /// that acts on those gradients reads them there; a norm over them is this rank's part, summed over the ranks
+  /// (communicator()) for the global one.
+  bool sharded() const;
 
   // --- services, from init on -------------------------------------------------------------------------------------
   /// Whether probe_forward can run (a trainer runs this State).
@@ -127,6 +133,7 @@ class BATON_API RunFacts {
   void set_requested_weights(std::string weights);
   void add_plugin(std::string id);
   void set_passes(TrainingPasses* passes);
+  void set_sharded(bool sharded);
   void set_probe(std::function<Outputs(const Batch&)> forward, Batch example);
   /// The run's metrics with their directions, the families plugins declared, and the sets and passes.
   void set_metrics(std::vector<std::string> names, std::map<std::string, bool> higher_is_better,

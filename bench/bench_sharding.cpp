@@ -1,0 +1,265 @@
+// Sharded data parallel's memory, traffic and speed, per rank, against the formulas of docs/distributed.md.
+//
+// A 28.4 M-parameter MLP (784 -> 4096 -> 4096 -> 2048 -> 10, fp32) trained with Adam and the EMA, as the trainer
+// trains it under each `[distributed] sharding` mode: the same calls it makes (Communicator::average or
+// sharding::ShardedStep's reduce-scatter and all-gather around the optimizer step, the EMA sharded over the ranks).
+// Each rank is its own process (this program started again with --rank), joined over loopback Gloo, so its peak
+// resident memory is its own. For W = 1, 2, 4 and each mode, every rank reports:
+//   state   bytes of the model state it holds after a step: parameters, gradients (the model's and the shard's),
+//           the shard parameters, Adam's moments, the EMA;
+//   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end;
+//   sent    bytes over the loopback interface per step (its counters, all ranks together, divided by W), from the
+//           kernel, not from the code;
+//   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA).
+// Printed beside each: the formula (Adam + EMA in fp32 = 20 bytes per parameter unsharded; zero1 (8 + 12/W)/20,
+// zero2 (4 + 16/W)/20 of that; the ring's 2 (W - 1)/W of the parameter bytes sent per step).
+// Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero2_peak_vs_formula=...
+//            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=...   (at W = 2; ratios of measured to target)
+//   bench_sharding [--steps N] [--worlds 1,2,4]
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+
+#include "baton/communicator.h"
+#include "baton/ema.h"
+#include "baton/model_tensors.h"
+#include "sharding/zero.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr std::int64_t kBatch = 64;
+const char* const kModes[] = {"none", "zero1", "zero2"};
+
+std::int64_t status_kib(const char* key) {  // a line of /proc/self/status, in KiB
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key)));
+  return 0;
+}
+
+std::int64_t loopback_sent() {  // bytes transmitted on `lo` since boot
+  std::ifstream in("/proc/net/dev");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name != "lo") continue;
+    std::istringstream fields(line.substr(colon + 1));
+    std::int64_t v[9] = {};
+    for (auto& x : v) fields >> x;
+    return v[8];  // receive: bytes packets errs drop fifo frame compressed multicast; then transmit bytes
+  }
+  return 0;
+}
+
+std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
+
+// One rank's run: prints "rank R state=... peak=... sent=... step=..." on stdout.
+int run_rank(int rank, int world, const std::string& mode, int port, int steps) {
+  const std::int64_t rss_before = status_kib("VmHWM:");
+  baton::DistributedEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  std::shared_ptr<baton::Communicator> comm;
+  if (world > 1) comm = baton::Communicator::connect(env, baton::CommunicatorOptions{});
+  at::manual_seed(1);  // the same initial weights on every rank, as the trainer's broadcast makes them
+  torch::nn::Sequential model(torch::nn::Linear(784, 4096), torch::nn::ReLU(), torch::nn::Linear(4096, 4096),
+                              torch::nn::ReLU(), torch::nn::Linear(4096, 2048), torch::nn::ReLU(),
+                              torch::nn::Linear(2048, 10));
+  std::unique_ptr<baton::sharding::ShardedStep> sharded;
+  if (mode != "none")
+    sharded = std::make_unique<baton::sharding::ShardedStep>(
+        baton::named_model_tensors(*model, false), comm.get(),
+        mode == "zero1" ? baton::sharding::ZeroStage::zero1 : baton::sharding::ZeroStage::zero2);
+  torch::optim::Adam adam(sharded ? sharded->shard_parameters() : model->parameters(), torch::optim::AdamOptions(1e-4));
+  baton::EmaOptions ema_options;
+  ema_options.smoothing = 0.999;
+  ema_options.threads = 1;
+  ema_options.shard_over = comm;  // sharded over the ranks, as the ema plugin does by default
+  baton::ExponentialMovingAverage ema(*model, ema_options);
+  at::manual_seed(100 + rank);  // each rank its own data
+  const at::Tensor inputs = at::randn({kBatch, 784}), targets = at::randint(0, 10, {kBatch});
+
+  double seconds = 0;
+  std::int64_t sent_before = 0, state = 0;
+  for (int step = 0; step < steps; ++step) {
+    if (step == 1) {  // the first step allocates the optimizer state: timed from the second on
+      if (comm) comm->barrier();
+      sent_before = loopback_sent();
+    }
+    const auto started = std::chrono::steady_clock::now();
+    adam.zero_grad();
+    if (sharded) sharded->zero_grad();
+    at::cross_entropy_loss(model->forward(inputs), targets).backward();
+    if (sharded)
+      sharded->reduce_gradients();
+    else if (comm) {
+      std::vector<at::Tensor> grads;
+      for (const auto& p : model->parameters()) grads.push_back(p.grad());
+      comm->average(grads);
+    }
+    adam.step();
+    if (sharded) sharded->gather_parameters();
+    ema.update(*model);
+    if (step >= 1) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (step == steps - 1) {  // what the rank holds at the end of a step
+      state = ema.bytes();
+      for (const auto& p : model->parameters()) state += bytes_of(p) + bytes_of(p.grad());
+      if (sharded)
+        for (const auto& s : sharded->shard_parameters()) state += bytes_of(s) + bytes_of(s.grad());
+      for (const auto& item : adam.state()) {
+        const auto& moments = static_cast<const torch::optim::AdamParamState&>(*item.second);
+        state += bytes_of(moments.exp_avg()) + bytes_of(moments.exp_avg_sq()) + bytes_of(moments.max_exp_avg_sq());
+      }
+    }
+  }
+  if (comm) comm->barrier();
+  const std::int64_t sent = loopback_sent() - sent_before;
+  const double peak = static_cast<double>(status_kib("VmHWM:") - rss_before) * 1024.0;
+  std::printf("rank %d state=%lld peak=%.0f sent=%.0f step=%.6f\n", rank, static_cast<long long>(state), peak,
+              static_cast<double>(sent) / (steps - 1) / world, seconds / (steps - 1));
+  return 0;
+}
+
+struct Measured {
+  double state = 0, peak = 0, sent = 0, step = 0;  // the largest over the ranks (sent: the average)
+};
+
+// Starts W copies of this program, one per rank, and reads back their lines.
+Measured run_world(const char* self, int world, const std::string& mode, int steps, int port) {
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int r = 0; r < world; ++r) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    const std::string args[] = {self, "--rank", std::to_string(r), "--world", std::to_string(world), "--mode", mode,
+                                "--port", std::to_string(port), "--steps", std::to_string(steps)};
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, self, &actions, nullptr, argv.data(), environ) != 0)
+      throw std::runtime_error("cannot start a rank");
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  Measured m;
+  for (int r = 0; r < world; ++r) {
+    std::string out;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(pipes[r], buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<std::size_t>(n));
+    ::close(pipes[r]);
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw std::runtime_error("rank " + std::to_string(r) + " of " + mode + " at W = " + std::to_string(world) +
+                               " failed: " + out);
+    double state = 0, peak = 0, sent = 0, step = 0;
+    int rank = 0;
+    if (std::sscanf(out.c_str(), "rank %d state=%lf peak=%lf sent=%lf step=%lf", &rank, &state, &peak, &sent, &step) != 5)
+      throw std::runtime_error("rank " + std::to_string(r) + " printed: " + out);
+    m.state = std::max(m.state, state);
+    m.peak = std::max(m.peak, peak);
+    m.sent = sent;
+    m.step = std::max(m.step, step);
+  }
+  return m;
+}
+
+double formula(const std::string& mode, int world) {  // model-state bytes per parameter (Adam + EMA, fp32)
+  const double w = world;
+  if (mode == "zero1") return 8 + 12 / w;
+  if (mode == "zero2") return 4 + 16 / w;
+  return 4 + 4 + 8 + 4 / w;  // none: the EMA alone is sharded (the ema plugin's default)
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rank = -1, world = 1, port = 29600, steps = 6;
+  std::string mode = "none", worlds = "1,2,4";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i], value = argv[i + 1];
+    if (key == "--rank") rank = std::stoi(value);
+    else if (key == "--world") world = std::stoi(value);
+    else if (key == "--mode") mode = value;
+    else if (key == "--port") port = std::stoi(value);
+    else if (key == "--steps") steps = std::max(2, std::stoi(value));
+    else if (key == "--worlds") worlds = value;
+    else {
+      std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4]\n");
+      return 2;
+    }
+  }
+  if (rank >= 0) return run_rank(rank, world, mode, port, steps);
+
+  const double parameters = 784.0 * 4096 + 4096 + 4096.0 * 4096 + 4096 + 4096.0 * 2048 + 2048 + 2048.0 * 10 + 10;
+  std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; %d steps, the first untimed\n",
+              parameters / 1e6, parameters * 4 / 1e6, steps);
+  std::printf("%-6s %2s %12s %9s %9s %12s %9s %11s %9s %9s\n", "mode", "W", "state MB", "B/param", "formula",
+              "peak MB", "B/param", "sent MB", "vs ring", "step s");
+  std::map<std::string, Measured> at2;
+  double unsharded = 0;
+  std::istringstream list(worlds);
+  std::string item;
+  int next_port = port;
+  while (std::getline(list, item, ',')) {
+    const int w = std::stoi(item);
+    for (const char* m : kModes) {
+      Measured r = run_world(argv[0], w, m, steps, next_port++);
+      const double per_param = r.state / parameters;
+      if (w == 1 && std::string(m) == "none") unsharded = per_param;
+      const double ring = w > 1 ? 2.0 * (w - 1) / w * parameters * 4 : 0;
+      std::printf("%-6s %2d %12.1f %9.2f %9.2f %12.1f %9.2f %11.1f %9s %9.3f\n", m, w, r.state / 1e6, per_param,
+                  formula(m, w), r.peak / 1e6, r.peak / parameters, r.sent / 1e6,
+                  ring > 0 ? std::to_string(r.sent / ring).substr(0, 5).c_str() : "-", r.step);
+      std::fflush(stdout);
+      if (w == 2) at2[m] = r;
+    }
+  }
+  if (at2.size() != 3) {
+    std::printf("RESULT (W = 2 not measured)\n");
+    return 0;
+  }
+  const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
+  std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
+  std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero2_peak_vs_formula=%.3f "
+              "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f\n",
+              at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),
+              at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
+              at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step);
+  return 0;
+}
