@@ -10,7 +10,7 @@
 //   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end;
 //   sent    bytes over the loopback interface per step (its counters, all ranks together, divided by W), from the
 //           kernel, not from the code;
-//   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA).
+//   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), and rank 0's per phase.
 // Printed beside each: the formula (Adam + EMA in fp32 = 20 bytes per parameter unsharded; zero1 (8 + 12/W)/20,
 // zero2 (4 + 16/W)/20 of that; the ring's 2 (W - 1)/W of the parameter bytes sent per step).
 // Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero2_peak_vs_formula=...
@@ -106,7 +106,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
   at::manual_seed(100 + rank);  // each rank its own data
   const at::Tensor inputs = at::randn({kBatch, 784}), targets = at::randint(0, 10, {kBatch});
 
-  double seconds = 0;
+  double seconds = 0, phases[5] = {};  // zero_grad + forward + backward, reduce, Adam, gather, EMA
   std::int64_t sent_before = 0, state = 0;
   for (int step = 0; step < steps; ++step) {
     if (step == 1) {  // the first step allocates the optimizer state: timed from the second on
@@ -114,9 +114,16 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
       sent_before = loopback_sent();
     }
     const auto started = std::chrono::steady_clock::now();
+    auto mark = started;
+    const auto phase = [&](int k) {  // adds the time since the last mark to phase k, for the steps timed
+      const auto now = std::chrono::steady_clock::now();
+      if (step >= 1) phases[k] += std::chrono::duration<double>(now - mark).count();
+      mark = now;
+    };
     adam.zero_grad();
     if (sharded) sharded->zero_grad();
     at::cross_entropy_loss(model->forward(inputs), targets).backward();
+    phase(0);
     if (sharded)
       sharded->reduce_gradients();
     else if (comm) {
@@ -124,9 +131,13 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
       for (const auto& p : model->parameters()) grads.push_back(p.grad());
       comm->average(grads);
     }
+    phase(1);
     adam.step();
+    phase(2);
     if (sharded) sharded->gather_parameters();
+    phase(3);
     ema.update(*model);
+    phase(4);
     if (step >= 1) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (step == steps - 1) {  // what the rank holds at the end of a step
       state = ema.bytes();
@@ -142,13 +153,16 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
   if (comm) comm->barrier();
   const std::int64_t sent = loopback_sent() - sent_before;
   const double peak = static_cast<double>(status_kib("VmHWM:") - rss_before) * 1024.0;
-  std::printf("rank %d state=%lld peak=%.0f sent=%.0f step=%.6f\n", rank, static_cast<long long>(state), peak,
-              static_cast<double>(sent) / (steps - 1) / world, seconds / (steps - 1));
+  const double timed = steps - 1;
+  std::printf("rank %d state=%lld peak=%.0f sent=%.0f step=%.6f phases=%.3f/%.3f/%.3f/%.3f/%.3f\n", rank,
+              static_cast<long long>(state), peak, static_cast<double>(sent) / timed / world, seconds / timed,
+              phases[0] / timed, phases[1] / timed, phases[2] / timed, phases[3] / timed, phases[4] / timed);
   return 0;
 }
 
 struct Measured {
   double state = 0, peak = 0, sent = 0, step = 0;  // the largest over the ranks (sent: the average)
+  std::string phases;                              // rank 0's seconds per phase
 };
 
 // Starts W copies of this program, one per rank, and reads back their lines.
@@ -189,8 +203,11 @@ Measured run_world(const char* self, int world, const std::string& mode, int ste
                                " failed: " + out);
     double state = 0, peak = 0, sent = 0, step = 0;
     int rank = 0;
-    if (std::sscanf(out.c_str(), "rank %d state=%lf peak=%lf sent=%lf step=%lf", &rank, &state, &peak, &sent, &step) != 5)
+    char phases[128] = {};
+    if (std::sscanf(out.c_str(), "rank %d state=%lf peak=%lf sent=%lf step=%lf phases=%127s", &rank, &state, &peak,
+                    &sent, &step, phases) != 6)
       throw std::runtime_error("rank " + std::to_string(r) + " printed: " + out);
+    if (r == 0) m.phases = phases;
     m.state = std::max(m.state, state);
     m.peak = std::max(m.peak, peak);
     m.sent = sent;
@@ -229,8 +246,8 @@ int main(int argc, char** argv) {
   const double parameters = 784.0 * 4096 + 4096 + 4096.0 * 4096 + 4096 + 4096.0 * 2048 + 2048 + 2048.0 * 10 + 10;
   std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; %d steps, the first untimed\n",
               parameters / 1e6, parameters * 4 / 1e6, steps);
-  std::printf("%-6s %2s %12s %9s %9s %12s %9s %11s %9s %9s\n", "mode", "W", "state MB", "B/param", "formula",
-              "peak MB", "B/param", "sent MB", "vs ring", "step s");
+  std::printf("%-6s %2s %12s %9s %9s %12s %9s %11s %9s %9s  %s\n", "mode", "W", "state MB", "B/param", "formula",
+              "peak MB", "B/param", "sent MB", "vs ring", "step s", "s: backward/reduce/adam/gather/ema");
   std::map<std::string, Measured> at2;
   double unsharded = 0;
   std::istringstream list(worlds);
@@ -243,9 +260,9 @@ int main(int argc, char** argv) {
       const double per_param = r.state / parameters;
       if (w == 1 && std::string(m) == "none") unsharded = per_param;
       const double ring = w > 1 ? 2.0 * (w - 1) / w * parameters * 4 : 0;
-      std::printf("%-6s %2d %12.1f %9.2f %9.2f %12.1f %9.2f %11.1f %9s %9.3f\n", m, w, r.state / 1e6, per_param,
+      std::printf("%-6s %2d %12.1f %9.2f %9.2f %12.1f %9.2f %11.1f %9s %9.3f  %s\n", m, w, r.state / 1e6, per_param,
                   formula(m, w), r.peak / 1e6, r.peak / parameters, r.sent / 1e6,
-                  ring > 0 ? std::to_string(r.sent / ring).substr(0, 5).c_str() : "-", r.step);
+                  ring > 0 ? std::to_string(r.sent / ring).substr(0, 5).c_str() : "-", r.step, r.phases.c_str());
       std::fflush(stdout);
       if (w == 2) at2[m] = r;
     }
@@ -255,7 +272,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
-  std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
+  if (unsharded > 0) std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
   std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero2_peak_vs_formula=%.3f "
               "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f\n",
               at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),

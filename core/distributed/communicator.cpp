@@ -264,13 +264,17 @@ bool Communicator::any(bool flag) { return sum({flag ? 1.0 : 0.0}).front() > 0; 
 void Communicator::barrier() { impl_->wait(impl_->group->barrier(), "barrier"); }
 
 at::Tensor Communicator::all_gather(const at::Tensor& shard) {
-  // Gathered as bytes: an allgather only moves data, and Gloo does not take every dtype (bf16).
+  // Gathered as bytes: an allgather only moves data, and Gloo does not take every dtype (bf16). Each rank's part
+  // is received straight into its place in the result (views of one buffer), not into W tensors joined after: a
+  // copy of the whole gathered size saved (a sharded step gathers every parameter each step).
   at::Tensor input = shard.contiguous().reshape({-1}).view(at::kByte);
+  const std::int64_t bytes = input.numel();
+  at::Tensor gathered = at::empty({impl_->world_size * bytes}, input.options());
   std::vector<at::Tensor> inputs{input};
   std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(at::empty_like(input));
+  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(gathered.narrow(0, r * bytes, bytes));
   impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
-  return at::cat(outputs[0]).view(shard.scalar_type());
+  return gathered.view(shard.scalar_type());
 }
 
 at::Tensor Communicator::reduce_scatter(const at::Tensor& input, bool mean) {
