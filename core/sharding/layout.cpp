@@ -175,29 +175,54 @@ void Layout::write_shards(const std::vector<at::Tensor>& full, const at::Tensor&
   }
 }
 
+std::vector<Bucket> Layout::buckets(std::int64_t max_bytes) const {
+  std::vector<Bucket> out;
+  for (at::ScalarType dtype : dtypes_) {
+    const std::int64_t most = std::max<std::int64_t>(1, max_bytes / static_cast<std::int64_t>(c10::elementSize(dtype)));
+    Bucket current{dtype, 0, 0};
+    for (const Slot& slot : slots_) {
+      if (slot.dtype != dtype) continue;
+      if (current.numel() > 0 && current.numel() + slot.slot_numel() > most) {
+        out.push_back(current);
+        current = Bucket{dtype, current.end, current.end};
+      }
+      current.end = slot.offset + slot.slot_numel();
+    }
+    out.push_back(current);
+  }
+  return out;
+}
+
 at::Tensor Layout::pack(const std::vector<at::Tensor>& full, at::ScalarType dtype) const {
+  return pack(full, Bucket{dtype, 0, buffer_numel(dtype)});
+}
+
+at::Tensor Layout::pack(const std::vector<at::Tensor>& full, const Bucket& bucket) const {
   check_count(full, "pack");
-  const std::int64_t size = buffer_numel(dtype);
+  const at::ScalarType dtype = bucket.dtype;
+  const std::int64_t size = bucket.numel();
   const std::int64_t world = world_size_;
   c10::Device device = c10::kCPU;
   bool any = false;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].dtype != dtype) continue;
+    if (!in_bucket(slots_[i], bucket)) continue;
     check_full(full[i], i, "pack");
     if (!any) device = full[i].device();
     any = true;
   }
   if (!any)
-    throw Error(std::string("sharding: pack: the layout has no tensor of dtype ") + c10::toString(dtype));
+    throw Error(std::string("sharding: pack: the layout has no tensor of dtype ") + c10::toString(dtype) +
+                (size == buffer_numel(dtype) ? "" : " in elements [" + std::to_string(bucket.begin) + ", " +
+                                                        std::to_string(bucket.end) + ")"));
   c10::NoGradGuard no_grad;
   at::Tensor packed = at::empty({world * size}, at::TensorOptions().dtype(dtype).device(device));
-  at::Tensor parts = packed.view({world, size});  // row q: rank q's buffer
+  at::Tensor parts = packed.view({world, size});  // row q: rank q's part of the bucket
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
-    if (slot.dtype != dtype || slot.slot_numel() == 0) continue;
+    if (!in_bucket(slot, bucket) || slot.slot_numel() == 0) continue;
     const std::int64_t height = slot.slot_numel();
     const Split split = split_of(slot);
-    at::Tensor block = parts.narrow(1, slot.offset, height);  // [W, c * row_numel]: this slot on every rank
+    at::Tensor block = parts.narrow(1, slot.offset - bucket.begin, height);  // [W, c * row_numel]: this slot
     at::Tensor flat = full[i].reshape({-1});                  // rank q's rows are flat[q*height, ...): contiguous
     if (split.whole > 0)  // the ranks holding a whole slot: one strided copy
       block.narrow(0, 0, split.whole).copy_(flat.narrow(0, 0, split.whole * height).view({split.whole, height}));
@@ -222,25 +247,33 @@ std::vector<at::Tensor> Layout::unpack(const at::Tensor& gathered) const {
 }
 
 void Layout::unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full) const {
+  if (!gathered.defined()) throw Error("sharding: unpack: the gathered buffer is undefined");
+  unpack_into(gathered, full, Bucket{gathered.scalar_type(), 0, buffer_numel(gathered.scalar_type())});
+}
+
+void Layout::unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full, const Bucket& bucket) const {
   check_count(full, "unpack");
   if (!gathered.defined()) throw Error("sharding: unpack: the gathered buffer is undefined");
   const at::ScalarType dtype = gathered.scalar_type();
-  const std::int64_t size = buffer_numel(dtype);
+  if (dtype != bucket.dtype)
+    throw Error(std::string("sharding: unpack: the gathered buffer is ") + c10::toString(dtype) + ", the bucket " +
+                c10::toString(bucket.dtype));
+  const std::int64_t size = bucket.numel();
   const std::int64_t world = world_size_;
   if (gathered.dim() != 1 || gathered.numel() != world * size)
     throw Error(std::string("sharding: unpack: the gathered ") + c10::toString(dtype) + " buffer has shape " +
                 shape_text(gathered.sizes()) + ", the layout's is [" + std::to_string(world * size) + "] (" +
                 std::to_string(world) + " ranks x " + std::to_string(size) + " elements)");
   for (std::size_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].dtype == dtype) check_full(full[i], i, "unpack");
+    if (in_bucket(slots_[i], bucket)) check_full(full[i], i, "unpack");
   c10::NoGradGuard no_grad;  // the targets may be parameters
   at::Tensor parts = gathered.contiguous().view({world, size});
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
-    if (slot.dtype != dtype || slot.slot_numel() == 0) continue;
+    if (!in_bucket(slot, bucket) || slot.slot_numel() == 0) continue;
     const std::int64_t height = slot.slot_numel();
     const Split split = split_of(slot);
-    at::Tensor block = parts.narrow(1, slot.offset, height);
+    at::Tensor block = parts.narrow(1, slot.offset - bucket.begin, height);
     // Written in place when the target is contiguous, else through a contiguous copy.
     const at::Tensor& target = full[i];
     at::Tensor flat = target.is_contiguous() ? target.view({-1}) : at::empty({target.numel()}, target.options());

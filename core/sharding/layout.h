@@ -38,6 +38,15 @@ struct RowRange {
   std::int64_t count() const { return end - begin; }
 };
 
+/// Consecutive slots of one dtype: elements [begin, end) of every rank's buffer of `dtype`, whole slots only. The
+/// collectives of a sharded step move a bucket at a time, so their buffers are a bucket's size, not the model's.
+struct Bucket {
+  at::ScalarType dtype = at::kFloat;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t numel() const { return end - begin; }
+};
+
 /// One tensor's place in the layout.
 struct Slot {
   std::string name;
@@ -76,6 +85,10 @@ class Layout {
   /// S: the elements of a rank's buffer of `dtype`, the same on every rank (0 for a dtype with no tensor).
   std::int64_t buffer_numel(at::ScalarType dtype) const;
 
+  /// The buckets covering every buffer, dtype by dtype in dtypes() order: consecutive slots joined while a rank's
+  /// part stays within `max_bytes` (a larger slot is a bucket alone). Their union is each buffer, [0, S).
+  std::vector<Bucket> buckets(std::int64_t max_bytes) const;
+
   /// A zeroed buffer of S elements of `dtype` for this rank's shards.
   at::Tensor new_buffer(at::ScalarType dtype, at::Device device) const;
   /// This rank's rows of the full tensor `full` of slot `index`: a view into `full`, of shard_shape().
@@ -95,17 +108,24 @@ class Layout {
   /// device of the first of them. Communicator::reduce_scatter of it gives each rank its buffer summed (or
   /// averaged) over the ranks.
   at::Tensor pack(const std::vector<at::Tensor>& full, at::ScalarType dtype) const;
+  /// pack() of the slots of one bucket: [W * bucket.numel()], part q being elements [begin, end) of rank q's buffer.
+  at::Tensor pack(const std::vector<at::Tensor>& full, const Bucket& bucket) const;
   /// The full tensors of `gathered`'s dtype from every rank's buffer concatenated in rank order ([W * S], as
   /// Communicator::all_gather returns): one tensor per slot in the layout's order, undefined for the slots of
   /// other dtypes.
   std::vector<at::Tensor> unpack(const at::Tensor& gathered) const;
   /// unpack() into existing full tensors (parameters, say), one per slot as in write_shards.
   void unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full) const;
+  /// unpack_into() of one bucket's slots from the ranks' parts of it ([W * bucket.numel()], rank order).
+  void unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full, const Bucket& bucket) const;
 
  private:
   void check_full(const at::Tensor& full, std::size_t index, const char* what) const;
   void check_buffer(const at::Tensor& buffer, std::int64_t numel, const char* what) const;
   void check_count(const std::vector<at::Tensor>& full, const char* what) const;
+  bool in_bucket(const Slot& slot, const Bucket& bucket) const {
+    return slot.dtype == bucket.dtype && slot.offset >= bucket.begin && slot.offset + slot.slot_numel() <= bucket.end;
+  }
 
   int rank_ = 0;
   int world_size_ = 1;

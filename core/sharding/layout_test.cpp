@@ -10,6 +10,7 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include "baton/error.h"
 #include "error_text.h"
@@ -111,6 +112,37 @@ TEST_SUITE("sharding layout") {
                std::vector<std::int64_t>{expected.at(world)[0].rows[rank].count(), 3}));
         CHECK((layout.slots()[3].shard_shape() == std::vector<std::int64_t>{rank == 0 ? 1 : 0}));
         CHECK(layout.index_of("scalar") == 3);
+      }
+    }
+  }
+
+  TEST_CASE("buckets join consecutive slots up to a size; packing and unpacking by bucket equals the whole buffer's") {
+    // W = 3, float slots of 9, 4, 1 and 1 elements at offsets 0, 9, 13, 14 (the case above). At 10 elements
+    // (40 bytes) per bucket: [0, 9), then 4 + 1 + 1 = 6 more: [9, 15). At one element: each slot alone.
+    Layout layout(issue_shapes(), 1, 3);
+    const auto ranges = [](const std::vector<sharding::Bucket>& buckets) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> out;
+      for (const auto& b : buckets) out.emplace_back(b.begin, b.end);
+      return out;
+    };
+    using Ranges = std::vector<std::pair<std::int64_t, std::int64_t>>;
+    CHECK(ranges(layout.buckets(40)) == Ranges{{0, 9}, {9, 15}});
+    CHECK(ranges(layout.buckets(4)) == Ranges{{0, 9}, {9, 13}, {13, 14}, {14, 15}});
+    CHECK(ranges(layout.buckets(1 << 20)) == Ranges{{0, 15}});
+    const auto full = numbered(issue_shapes());
+    const at::Tensor whole = layout.pack(full, at::kFloat).view({3, 15});
+    for (const auto& bucket : layout.buckets(4)) {
+      CAPTURE(bucket.begin);
+      const at::Tensor part = layout.pack(full, bucket);
+      CHECK(part.equal(whole.narrow(1, bucket.begin, bucket.numel()).reshape({-1})));
+      // Unpacking the bucket writes its slots and nothing else.
+      std::vector<at::Tensor> out;
+      for (const auto& t : full) out.push_back(at::zeros_like(t));
+      layout.unpack_into(part, out, bucket);
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const auto& slot = layout.slots()[i];
+        const bool inside = slot.offset >= bucket.begin && slot.offset + slot.slot_numel() <= bucket.end;
+        CHECK(out[i].equal(inside ? full[i] : at::zeros_like(full[i])));
       }
     }
   }

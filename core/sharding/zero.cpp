@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 
@@ -55,12 +56,14 @@ const char* to_string(ZeroStage stage) {
   return "?";
 }
 
-ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage)
+ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage,
+                         std::int64_t bucket_bytes)
     : stage_(stage),
       communicator_(communicator),
       parameters_(sharded_tensors(parameters)),
       layout_(specs_of(parameters), communicator ? communicator->rank() : 0,
-              communicator ? communicator->world_size() : 1) {
+              communicator ? communicator->world_size() : 1),
+      buckets_(layout_.buckets(bucket_bytes)) {
   // Each shard parameter is a fresh leaf holding this rank's rows of the model's current values, padding zeroed.
   // They are equal on every rank only if the model is (the trainer broadcasts it before building this).
   for (at::ScalarType dtype : layout_.dtypes()) {
@@ -108,29 +111,46 @@ void ShardedStep::reduce_gradients() {
     grads[i] = grad.defined() ? grad : at::zeros_like(parameters_[i]);
   }
   const auto& dtypes = layout_.dtypes();
-  for (std::size_t k = 0; k < dtypes.size(); ++k) {
-    at::Tensor packed = layout_.pack(grads, dtypes[k]);
+  std::vector<at::Tensor> reduced(shards_.size());  // each dtype's shard gradient, filled bucket by bucket
+  for (const Bucket& bucket : buckets_) {
+    const std::size_t k = static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), bucket.dtype) - dtypes.begin());
+    const bool whole = bucket.numel() == shards_[k].numel();  // the dtype's one bucket: its result is the gradient
+    if (!whole && !reduced[k].defined()) reduced[k] = at::empty_like(shards_[k]);
+    if (bucket.numel() == 0) {
+      if (whole) reduced[k] = at::zeros_like(shards_[k]);
+      continue;
+    }
+    at::Tensor packed = layout_.pack(grads, bucket);
     if (stage_ == ZeroStage::zero2) {
-      // The packed copy holds them now; released before the collective, so the full gradients and the received
-      // chunks are not alive at once.
+      // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
+      // received chunks are not alive at once.
       for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        if (layout_.slots()[i].dtype != dtypes[k]) continue;
+        const Slot& slot = layout_.slots()[i];
+        if (slot.dtype != bucket.dtype || slot.offset < bucket.begin || slot.offset + slot.slot_numel() > bucket.end)
+          continue;
         grads[i] = at::Tensor();
         parameters_[i].mutable_grad() = at::Tensor();
       }
     }
-    // Over one rank the mean is the packed buffer itself ([1 x S]: already this rank's S elements).
+    // Over one rank the mean is the packed buffer itself ([1 x n]: already this rank's part).
     at::Tensor mine = communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
-    shards_[k].mutable_grad() = mine;
+    if (whole)
+      reduced[k] = mine;
+    else
+      reduced[k].narrow(0, bucket.begin, bucket.numel()).copy_(mine);
   }
+  for (std::size_t k = 0; k < shards_.size(); ++k) shards_[k].mutable_grad() = reduced[k];
 }
 
 void ShardedStep::gather_parameters() {
   c10::NoGradGuard no_grad;  // the targets are parameters: their values change, not their graph
-  for (const at::Tensor& shard : shards_) {
-    at::Tensor values = shard.detach();
+  const auto& dtypes = layout_.dtypes();
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.numel() == 0) continue;
+    const std::size_t k = static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), bucket.dtype) - dtypes.begin());
+    at::Tensor values = shards_[k].detach().narrow(0, bucket.begin, bucket.numel());
     at::Tensor gathered = communicator_ ? communicator_->all_gather(values) : values;
-    layout_.unpack_into(gathered, parameters_);
+    layout_.unpack_into(gathered, parameters_, bucket);
   }
 }
 

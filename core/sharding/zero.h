@@ -1,9 +1,14 @@
 #pragma once
 // The ZeRO-1 / ZeRO-2 step over the layout (layout.h): each rank keeps the optimizer state of its shard only.
 //
-//   backward (the model's full .grad)  ->  reduce_gradients(): pack, one reduce-scatter (mean) per dtype; the result
-//   becomes the .grad of the rank's shard parameters  ->  optimizer.step() over the shard parameters  ->
-//   gather_parameters(): one all-gather per dtype, unpacked into the model's parameters in place.
+//   backward (the model's full .grad)  ->  reduce_gradients(): pack, one reduce-scatter (mean) per bucket; the
+//   results make the .grad of the rank's shard parameters  ->  optimizer.step() over the shard parameters  ->
+//   gather_parameters(): one all-gather per bucket, unpacked into the model's parameters in place.
+//
+// A bucket is a run of consecutive slots of one dtype of about `bucket_bytes` per rank (Layout::buckets; DDP's
+// 25 MB by default), so the buffers the collectives need (the packed gradients, W times a bucket; the gathered
+// parameters, likewise) are a bucket's size rather than the model's, and zero2 releases each bucket's full
+// gradients as soon as they are packed. Every element is reduced and gathered exactly as with one bucket per dtype.
 //
 // The rank's shard of the parameters is held as ONE flat leaf tensor per dtype (the layout's buffer, padding
 // included), so the optimizer is built over those few tensors with any factory taking std::vector<at::Tensor>
@@ -64,10 +69,14 @@ class ShardedStep {
   /// must hold the same values on every rank (the trainer broadcasts them first), be floating-point and share one
   /// device. `communicator`: the run's, lent for the object's lifetime; null for a world of one. Throws Error naming
   /// the parameter that is undefined, not floating-point, on another device, or named twice.
-  ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage);
+  /// `bucket_bytes`: a rank's part of each collective (the buckets above).
+  ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage,
+              std::int64_t bucket_bytes = std::int64_t{25} << 20);
 
   ZeroStage stage() const { return stage_; }
   const Layout& layout() const { return layout_; }
+  /// The buckets each collective moves, in order (every dtype's buffer is covered).
+  const std::vector<Bucket>& buckets() const { return buckets_; }
   /// The model's sharded parameters (those requiring a gradient), in the layout's order.
   const std::vector<at::Tensor>& model_parameters() const { return parameters_; }
 
@@ -82,12 +91,12 @@ class ShardedStep {
   /// Copies this rank's rows of the model's current parameters into the shard parameters (padding stays 0): after
   /// the model's values were replaced outside the step (the trainer's broadcast of rank 0's, a loaded checkpoint).
   void load_parameters();
-  /// After the backward: packs the model's gradients (an undefined .grad as zeros), reduce-scatters each dtype's
-  /// with the mean over the ranks (one collective per dtype) and makes the result the .grad of the shard
+  /// After the backward: packs the model's gradients (an undefined .grad as zeros) bucket by bucket,
+  /// reduce-scatters each with the mean over the ranks (one collective per bucket) into the .grad of the shard
   /// parameters, replacing any gradient they held. zero2 releases the model's .grad right after packing it.
   void reduce_gradients();
-  /// After the optimizer stepped the shard parameters: all-gathers each dtype's shard parameter (one collective per
-  /// dtype) and writes the full values into the model's parameters in place, so every parameter keeps its
+  /// After the optimizer stepped the shard parameters: all-gathers the shard parameters bucket by bucket (one
+  /// collective per bucket) and writes the full values into the model's parameters in place, so every parameter keeps its
   /// TensorImpl, storage and autograd identity (modules, hooks and views of it stay valid).
   void gather_parameters();
   /// Releases the gradients of the shard parameters and of the model's sharded parameters (sets them undefined).
@@ -100,6 +109,7 @@ class ShardedStep {
   Communicator* communicator_;
   std::vector<at::Tensor> parameters_;  // the model's own tensors, one per slot
   Layout layout_;
+  std::vector<Bucket> buckets_;
   std::vector<at::Tensor> shards_;  // beside layout_.dtypes()
 };
 

@@ -60,11 +60,15 @@ TEST_SUITE("sharded step") {
     });
   }
 
-  TEST_CASE("two dtypes: one reduce-scatter and one all-gather each; frozen parameters are left alone") {
+  TEST_CASE("one reduce-scatter and one all-gather per bucket, the same values at any bucket size; frozen left alone") {
     // Gradients are set by hand: rank r's gradient of every parameter is (r + 1) times its values' pattern, so the
-    // mean over W = 2 ranks is 1.5 times the pattern, exact in float and double.
+    // mean over W = 2 ranks is 1.5 times the pattern, exact in float and double. Buckets: the default (one per
+    // dtype: 2), or 16 bytes a rank (w's 12 floats alone, c's 1 float, b's 3 doubles alone: 3).
+    for (const std::int64_t bucket_bytes : {std::int64_t{25} << 20, std::int64_t{16}})
     for (ZeroStage stage : {ZeroStage::zero1, ZeroStage::zero2}) {
       CAPTURE(sharding::to_string(stage));
+      CAPTURE(bucket_bytes);
+      const std::int64_t buckets = bucket_bytes == 16 ? 3 : 2;
       run_ranks(2, [&](std::shared_ptr<Communicator> group) {
         Communicator& comm = *group;
         const int r = comm.rank();
@@ -75,7 +79,8 @@ TEST_SUITE("sharded step") {
                                 {"b", counting({5}, at::kDouble, 1)},
                                 {"c", counting({1}, at::kFloat, 50)}};
         for (auto& item : parameters) item.second.requires_grad_(item.first != "frozen");
-        ShardedStep sharded(parameters, &comm, stage);
+        ShardedStep sharded(parameters, &comm, stage, bucket_bytes);
+        CHECK(static_cast<std::int64_t>(sharded.buckets().size()) == buckets);
 
         // The frozen tensor has no slot; the others are sharded in their order, float first (first seen).
         std::vector<std::string> names;
@@ -97,7 +102,7 @@ TEST_SUITE("sharded step") {
           if (item.first != "frozen") item.second.mutable_grad() = item.second.detach() * (r + 1);
         const std::int64_t before = comm.collectives();
         sharded.reduce_gradients();
-        CHECK(comm.collectives() == before + 2);  // a reduce-scatter per dtype
+        CHECK(comm.collectives() == before + buckets);  // a reduce-scatter per bucket
         CHECK(parameters[0].second.grad().defined() == (stage == ZeroStage::zero1));
         CHECK(parameters[2].second.grad().defined() == (stage == ZeroStage::zero1));
         // The shard's gradient is the mean of the ranks' gradients on its rows: 1.5 times the values.
@@ -112,7 +117,7 @@ TEST_SUITE("sharded step") {
           for (const at::Tensor& shard : sharded.shard_parameters()) shard.sub_(shard.grad());
         }
         sharded.gather_parameters();
-        CHECK(comm.collectives() == before + 4);  // and an all-gather per dtype
+        CHECK(comm.collectives() == before + 2 * buckets);  // and an all-gather per bucket
         CHECK(parameters[0].second.equal(counting({7, 3}, at::kFloat, 1) * -0.5));
         CHECK(parameters[2].second.equal(counting({5}, at::kDouble, 1) * -0.5));
         CHECK(parameters[3].second.equal(counting({1}, at::kFloat, 50) * -0.5));

@@ -13,7 +13,8 @@
 // Integer buffers (BatchNorm's num_batches_tracked) are always copied, never averaged; floating buffers are averaged
 // or copied (EmaOptions::buffers); names matching an `exclude` glob are copied. The EMA never enters autograd.
 // The update is one fused pass over every tensor in a single parallel region on CPU (bf16/fp16 weights converted
-// to an fp32 EMA on the fly), and LibTorch's fused ops on other devices (no host synchronisation).
+// to an fp32 EMA on the fly); on a GPU, one multi-tensor lerp per dtype (LibTorch 2.x; one op per tensor on 1.13),
+// queued without a host synchronisation.
 #include <cstdint>
 #include <memory>
 #include <string>
