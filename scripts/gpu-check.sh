@@ -104,15 +104,9 @@ result build ok "part=cli,ema,bench_ema,distributed_tests seconds=$((SECONDS - s
 baton=$build/bin/baton
 export PATH=$(dirname "$python"):$PATH  # this PyTorch's torchrun for the distributed tests
 
-# --- a short convnet run with the EMA under a mixed precision ---
-check_amp() {  # check_amp <precision>
-  local precision=$1 run=$dir/convnet-$1 started=$SECONDS metrics
-  if [[ $precision == amp_fp16 && $device != cuda* ]]; then
-    result "$precision" skipped "amp_fp16 needs a CUDA device"
-    return
-  fi
-  rm -rf "$run" && mkdir -p "$run"
-  cat > "$run/run.toml" <<EOF
+# --- the GPU parts' run: the convnet on synthetic data with Adam and the EMA, evaluated both ways ---
+convnet_config() {  # convnet_config <device> <precision> [more TOML tables]
+  cat <<EOF
 [run]
 name = "convnet"
 seed = 1
@@ -133,14 +127,28 @@ lr = 1e-3
 [trainer]
 max_duration = "2ep"
 eval_interval = "1ep"
-device = "$device"
-precision = "$precision"
+device = "$1"
+precision = "$2"
+progress = false
+
+${3:-}
 
 [[plugins]]
 name = "ema"
 half_life = "16ba"
 eval = "both"
 EOF
+}
+
+# --- a short convnet run with the EMA under a mixed precision ---
+check_amp() {  # check_amp <precision>
+  local precision=$1 run=$dir/convnet-$1 started=$SECONDS metrics
+  if [[ $precision == amp_fp16 && $device != cuda* ]]; then
+    result "$precision" skipped "amp_fp16 needs a CUDA device"
+    return
+  fi
+  rm -rf "$run" && mkdir -p "$run"
+  convnet_config "$device" "$precision" > "$run/run.toml"
   if (cd "$run" && "$baton" train run.toml) > "$run/train.log" 2>&1; then
     metrics=$("$python" - "$run" <<'EOF'
 import json, pathlib, sys
@@ -182,42 +190,11 @@ check_sharding() {
     return
   fi
   rm -rf "$root" && mkdir -p "$root"
-  cat > "$root/run.toml" <<EOF
-[run]
-name = "convnet"
-seed = 1
-
-[data]
-name = "synthetic"
-batch_size = 64
-train_size = 2048
-eval_size = 512
-
-[model]
-name = "convnet"
-
-[optimizer]
-name = "adam"
-lr = 1e-3
-
-[trainer]
-max_duration = "2ep"
-eval_interval = "1ep"
-device = "cuda:0"
-precision = "fp32"
-progress = false
-
-[checkpoint]
+  convnet_config cuda:0 fp32 '[checkpoint]
 save_interval = "1ep"
 
 [distributed]
-backend = "gloo"
-
-[[plugins]]
-name = "ema"
-half_life = "16ba"
-eval = "both"
-EOF
+backend = "gloo"' > "$root/run.toml"
   for mode in none zero1 zero2; do
     mkdir -p "$root/$mode"
     begun=$SECONDS

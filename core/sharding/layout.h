@@ -88,6 +88,10 @@ class Layout {
   /// The buckets covering every buffer, dtype by dtype in dtypes() order: consecutive slots joined while a rank's
   /// part stays within `max_bytes` (a larger slot is a bucket alone). Their union is each buffer, [0, S).
   std::vector<Bucket> buckets(std::int64_t max_bytes) const;
+  /// Whether `slot` lies in `bucket`.
+  static bool in_bucket(const Slot& slot, const Bucket& bucket) {
+    return slot.dtype == bucket.dtype && slot.offset >= bucket.begin && slot.offset + slot.slot_numel() <= bucket.end;
+  }
 
   /// A zeroed buffer of S elements of `dtype` for this rank's shards.
   at::Tensor new_buffer(at::ScalarType dtype, at::Device device) const;
@@ -123,9 +127,6 @@ class Layout {
   void check_full(const at::Tensor& full, std::size_t index, const char* what) const;
   void check_buffer(const at::Tensor& buffer, std::int64_t numel, const char* what) const;
   void check_count(const std::vector<at::Tensor>& full, const char* what) const;
-  bool in_bucket(const Slot& slot, const Bucket& bucket) const {
-    return slot.dtype == bucket.dtype && slot.offset >= bucket.begin && slot.offset + slot.slot_numel() <= bucket.end;
-  }
 
   int rank_ = 0;
   int world_size_ = 1;

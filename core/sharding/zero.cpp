@@ -125,9 +125,7 @@ void ShardedStep::reduce_gradients() {
       // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
       // received chunks are not alive at once.
       for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        const Slot& slot = layout_.slots()[i];
-        if (slot.dtype != bucket.dtype || slot.offset < bucket.begin || slot.offset + slot.slot_numel() > bucket.end)
-          continue;
+        if (!Layout::in_bucket(layout_.slots()[i], bucket)) continue;
         grads[i] = at::Tensor();
         parameters_[i].mutable_grad() = at::Tensor();
       }
@@ -144,11 +142,9 @@ void ShardedStep::reduce_gradients() {
 
 void ShardedStep::gather_parameters() {
   c10::NoGradGuard no_grad;  // the targets are parameters: their values change, not their graph
-  const auto& dtypes = layout_.dtypes();
   for (const Bucket& bucket : buckets_) {
     if (bucket.numel() == 0) continue;
-    const std::size_t k = static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), bucket.dtype) - dtypes.begin());
-    at::Tensor values = shards_[k].detach().narrow(0, bucket.begin, bucket.numel());
+    at::Tensor values = shard_parameter(bucket.dtype).detach().narrow(0, bucket.begin, bucket.numel());
     at::Tensor gathered = communicator_ ? communicator_->all_gather(values) : values;
     layout_.unpack_into(gathered, parameters_, bucket);
   }

@@ -103,11 +103,10 @@ class GradientClipping final : public baton::Algorithm {
         weights.push_back(p.detach());
       }
     }
+    // Sharded, every rank takes part even with no gradient in its shard: the norm is a collective.
+    if (grads.empty() && !state.facts.sharded()) return;
     if (type_ == Clipping::norm) {
-      // Every rank takes part when sharded (its shard may hold no gradient), since the norm is a collective.
       clip_norm(grads, state.facts.sharded() ? state.facts.communicator().get() : nullptr, logger);
-    } else if (grads.empty()) {
-      return;
     } else if (type_ == Clipping::value) {
       for (auto& g : grads) g.clamp_(-threshold_, threshold_);
     } else {
