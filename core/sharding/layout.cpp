@@ -176,16 +176,27 @@ void Layout::write_shards(const std::vector<at::Tensor>& full, const at::Tensor&
 }
 
 std::vector<Bucket> Layout::buckets(std::int64_t max_bytes) const {
+  return buckets(max_bytes, std::vector<int>(slots_.size(), 0));
+}
+
+std::vector<Bucket> Layout::buckets(std::int64_t max_bytes, const std::vector<int>& group_of_slot) const {
+  if (group_of_slot.size() != slots_.size())
+    throw Error("layout: buckets: " + std::to_string(group_of_slot.size()) + " groups given for " +
+                std::to_string(slots_.size()) + " slots");
   std::vector<Bucket> out;
   for (at::ScalarType dtype : dtypes_) {
     const std::int64_t most = std::max<std::int64_t>(1, max_bytes / static_cast<std::int64_t>(c10::elementSize(dtype)));
     Bucket current{dtype, 0, 0};
-    for (const Slot& slot : slots_) {
+    int group = 0;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& slot = slots_[i];
       if (slot.dtype != dtype) continue;
-      if (current.numel() > 0 && current.numel() + slot.slot_numel() > most) {
+      const bool other_group = current.numel() > 0 && group_of_slot[i] != group;
+      if (other_group || (current.numel() > 0 && current.numel() + slot.slot_numel() > most)) {
         out.push_back(current);
         current = Bucket{dtype, current.end, current.end};
       }
+      group = group_of_slot[i];
       current.end = slot.offset + slot.slot_numel();
     }
     out.push_back(current);

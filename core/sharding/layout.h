@@ -88,6 +88,9 @@ class Layout {
   /// The buckets covering every buffer, dtype by dtype in dtypes() order: consecutive slots joined while a rank's
   /// part stays within `max_bytes` (a larger slot is a bucket alone). Their union is each buffer, [0, S).
   std::vector<Bucket> buckets(std::int64_t max_bytes) const;
+  /// The same, with a bucket also ending wherever `group_of_slot` (one entry per slot) changes, so every bucket's
+  /// slots belong to one group (a zero3 unit's slots are gathered and reduced together, apart from the others').
+  std::vector<Bucket> buckets(std::int64_t max_bytes, const std::vector<int>& group_of_slot) const;
   /// Whether `slot` lies in `bucket`.
   static bool in_bucket(const Slot& slot, const Bucket& bucket) {
     return slot.dtype == bucket.dtype && slot.offset >= bucket.begin && slot.offset + slot.slot_numel() <= bucket.end;

@@ -46,24 +46,68 @@ std::vector<at::Tensor> sharded_tensors(const NamedTensors& parameters) {
   return out;
 }
 
+// Each slot's unit: the innermost unit whose name prefixes the parameter's ("features.0" owns
+// "features.0.weight", not "features.01.weight"), -1 for the root.
+std::vector<int> units_of(const Layout& layout, const std::vector<UnitSpec>& units) {
+  std::vector<int> out;
+  for (const Slot& slot : layout.slots()) {
+    int best = -1;
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const std::string& prefix = units[u].name;
+      const bool inside = slot.name.size() > prefix.size() && slot.name.compare(0, prefix.size(), prefix) == 0 &&
+                          slot.name[prefix.size()] == '.';
+      if (inside && (best < 0 || prefix.size() > units[static_cast<std::size_t>(best)].name.size()))
+        best = static_cast<int>(u);
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* to_string(ZeroStage stage) {
   switch (stage) {
     case ZeroStage::zero1: return "zero1";
     case ZeroStage::zero2: return "zero2";
+    case ZeroStage::zero3: return "zero3";
   }
   return "?";
 }
 
 ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage,
-                         std::int64_t bucket_bytes)
+                         std::int64_t bucket_bytes, std::vector<UnitSpec> units)
     : stage_(stage),
       communicator_(communicator),
       parameters_(sharded_tensors(parameters)),
       layout_(specs_of(parameters), communicator ? communicator->rank() : 0,
               communicator ? communicator->world_size() : 1),
-      buckets_(layout_.buckets(bucket_bytes)) {
+      unit_specs_(std::move(units)) {
+  if (!unit_specs_.empty() && stage_ != ZeroStage::zero3)
+    throw Error(std::string("sharded step: units are zero3's; ") + to_string(stage_) + " keeps every parameter whole");
+  for (std::size_t u = 0; u < unit_specs_.size(); ++u) {
+    if (!unit_specs_[u].module) throw Error("sharded step: unit '" + unit_specs_[u].name + "' has no module");
+    for (std::size_t v = 0; v < u; ++v)
+      if (unit_specs_[v].name == unit_specs_[u].name || unit_specs_[v].module == unit_specs_[u].module)
+        throw Error("sharded step: unit '" + unit_specs_[u].name + "' is given twice");
+  }
+  unit_of_slot_ = units_of(layout_, unit_specs_);
+  unit_state_.resize(unit_specs_.size());
+  for (std::size_t i = 0; i < unit_of_slot_.size(); ++i)
+    if (unit_of_slot_[i] >= 0) unit_state_[static_cast<std::size_t>(unit_of_slot_[i])].slots.push_back(i);
+  for (std::size_t u = 0; u < unit_specs_.size(); ++u)
+    if (unit_state_[u].slots.empty())
+      throw Error("sharded step: unit '" + unit_specs_[u].name + "' holds no parameter that trains (none is named '" +
+                  unit_specs_[u].name + ".<...>' and requires a gradient), so it has nothing to shard");
+  buckets_ = layout_.buckets(bucket_bytes, unit_of_slot_);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    int unit = -1;
+    for (std::size_t i = 0; i < unit_of_slot_.size(); ++i)
+      if (Layout::in_bucket(layout_.slots()[i], buckets_[b]) && layout_.slots()[i].slot_numel() > 0)
+        unit = unit_of_slot_[i];
+    unit_of_bucket_.push_back(unit);
+    if (unit >= 0) unit_state_[static_cast<std::size_t>(unit)].buckets.push_back(b);
+  }
   // Each shard parameter is a fresh leaf holding this rank's rows of the model's current values, padding zeroed.
   // They are equal on every rank only if the model is (the trainer broadcasts it before building this).
   for (at::ScalarType dtype : layout_.dtypes()) {
@@ -73,6 +117,28 @@ ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communica
     layout_.write_shards(parameters_, buffer);
     shards_.push_back(buffer.requires_grad_(true));
   }
+  std::size_t registered = 0;
+  try {
+    for (; registered < unit_specs_.size(); ++registered) detail::register_unit(*unit_specs_[registered].module, *this);
+  } catch (...) {
+    for (std::size_t u = 0; u < registered; ++u) detail::unregister_unit(*unit_specs_[u].module, *this);
+    throw;
+  }
+}
+
+ShardedStep::~ShardedStep() {
+  for (const UnitSpec& unit : unit_specs_) detail::unregister_unit(*unit.module, *this);
+}
+
+std::size_t ShardedStep::dtype_index(at::ScalarType dtype) const {
+  const auto& dtypes = layout_.dtypes();
+  return static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), dtype) - dtypes.begin());
+}
+
+at::Tensor& ShardedStep::shard_grad(std::size_t k) {
+  at::Tensor& grad = shards_[k].mutable_grad();
+  if (!grad.defined()) grad = at::zeros_like(shards_[k]);
+  return grad;
 }
 
 const at::Tensor& ShardedStep::shard_parameter(at::ScalarType dtype) const {
@@ -94,14 +160,20 @@ at::Tensor ShardedStep::shard_of(const std::string& name) const {
 }
 
 void ShardedStep::load_parameters() {
+  if (released_)
+    throw Error("sharded step: load_parameters: the units' parameters are released (zero3); gather_units() first");
   c10::NoGradGuard no_grad;  // the shards are leaves: their values change, not their graph
   for (std::size_t k = 0; k < shards_.size(); ++k) layout_.write_shards(parameters_, shards_[k]);
 }
 
 void ShardedStep::reduce_gradients() {
   c10::NoGradGuard no_grad;  // gradients are reduced as values
+  // zero3 reduced each released unit's gradients in its backward, into the shard's gradient: the root's remain.
+  // Before release_units() its units run whole, as zero2's parameters do, and are reduced here.
+  const bool units_done = stage_ == ZeroStage::zero3 && released_;
   std::vector<at::Tensor> grads(parameters_.size());
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (units_done && unit_of_slot_[i] >= 0) continue;
     const at::Tensor& grad = parameters_[i].grad();
     if (grad.defined() && grad.is_sparse())
       throw Error("sharded step: the gradient of '" + layout_.slots()[i].name +
@@ -110,18 +182,20 @@ void ShardedStep::reduce_gradients() {
     // still sends its slot, so all agree on the collective's size.
     grads[i] = grad.defined() ? grad : at::zeros_like(parameters_[i]);
   }
-  const auto& dtypes = layout_.dtypes();
   std::vector<at::Tensor> reduced(shards_.size());  // each dtype's shard gradient, filled bucket by bucket
-  for (const Bucket& bucket : buckets_) {
-    const std::size_t k = static_cast<std::size_t>(std::find(dtypes.begin(), dtypes.end(), bucket.dtype) - dtypes.begin());
-    const bool whole = bucket.numel() == shards_[k].numel();  // the dtype's one bucket: its result is the gradient
-    if (!whole && !reduced[k].defined()) reduced[k] = at::empty_like(shards_[k]);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    if (units_done && unit_of_bucket_[b] >= 0) continue;
+    const std::size_t k = dtype_index(bucket.dtype);
+    // The dtype's one bucket: its result is the gradient. zero3 keeps the units' parts of the gradient.
+    const bool whole = !units_done && bucket.numel() == shards_[k].numel();
+    if (!whole && !reduced[k].defined()) reduced[k] = units_done ? shard_grad(k) : at::empty_like(shards_[k]);
     if (bucket.numel() == 0) {
       if (whole) reduced[k] = at::zeros_like(shards_[k]);
       continue;
     }
     at::Tensor packed = layout_.pack(grads, bucket);
-    if (stage_ == ZeroStage::zero2) {
+    if (stage_ != ZeroStage::zero1) {
       // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
       // received chunks are not alive at once.
       for (std::size_t i = 0; i < parameters_.size(); ++i) {
@@ -137,13 +211,21 @@ void ShardedStep::reduce_gradients() {
     else
       reduced[k].narrow(0, bucket.begin, bucket.numel()).copy_(mine);
   }
-  for (std::size_t k = 0; k < shards_.size(); ++k) shards_[k].mutable_grad() = reduced[k];
+  for (std::size_t k = 0; k < shards_.size(); ++k) {
+    if (units_done)
+      shard_grad(k);  // a dtype of units alone that none ran this step: zeros
+    else
+      shards_[k].mutable_grad() = reduced[k];
+  }
 }
 
 void ShardedStep::gather_parameters() {
   c10::NoGradGuard no_grad;  // the targets are parameters: their values change, not their graph
-  for (const Bucket& bucket : buckets_) {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    // A released unit is gathered when it runs next; one held whole (gather_units) is gathered with the root.
     if (bucket.numel() == 0) continue;
+    if (unit_of_bucket_[b] >= 0 && !unit_state_[static_cast<std::size_t>(unit_of_bucket_[b])].whole) continue;
     at::Tensor values = shard_parameter(bucket.dtype).detach().narrow(0, bucket.begin, bucket.numel());
     at::Tensor gathered = communicator_ ? communicator_->all_gather(values) : values;
     layout_.unpack_into(gathered, parameters_, bucket);

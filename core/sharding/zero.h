@@ -25,12 +25,25 @@
 // (SGD's g + wd * p, Adam's coupled or AdamW's decoupled p * (1 - lr * wd)), so 0 decays to 0. A norm or sum over a
 // whole shard buffer thus counts real elements only.
 //
-// Stages (both keep the full parameters on every rank between steps, so forward and backward run unchanged):
+// Stages (zero1 and zero2 keep the full parameters on every rank between steps, so forward and backward run
+// unchanged):
 //   zero1: the optimizer state is sharded. The model's full .grad is kept after the reduce, as this rank's own
 //          (not averaged) gradients, for consumers after the backward; zero_grad() releases it. FSDP has no name
 //          for it.
 //   zero2: the gradients too: the model's full .grad is released (set undefined) right after it is packed, so only
 //          the shard's gradient outlives the reduce. FSDP1's SHARD_GRAD_OP; FSDP2's reshard_after_forward=False.
+//   zero3: the parameters too: those of each unit (a sub-module, baton/unit.h) exist in full only while the unit
+//          runs. The model's forward calls each unit through baton::run_unit, which all-gathers the unit's
+//          parameters, runs its forward without recording a graph and releases them; in the backward the unit is
+//          gathered again, its forward recomputed with a graph from its saved input (activation checkpointing at
+//          unit granularity: the recompute replays the random generator, the autocast state through
+//          set_recompute_context, and restores the buffers the forward updated), its gradients reduce-scattered
+//          into the shard's gradient and released with the parameters. So a rank holds its shards plus one unit's
+//          full parameters and gradients at a time (units nest: a parameter belongs to its innermost unit). The
+//          parameters of no unit form the root, handled as zero2 (kept whole, reduced after the backward,
+//          gathered after the step). A released parameter keeps its TensorImpl with an empty [0] tensor as data.
+//          FSDP1's FULL_SHARD; FSDP2's reshard_after_forward=True. Each step moves 3 (W - 1) / W of the units'
+//          parameter bytes per rank: two all-gathers and a reduce-scatter.
 //
 // What is sharded: the parameters given that require a gradient. Those that do not (frozen) are left out of the
 // layout: they are never stepped, so they need no shard, and gather_parameters() never writes them. The set is fixed
@@ -44,12 +57,15 @@
 // tested like the others.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "baton/model_tensors.h"
+#include "sdk/unit_runner.h"
 #include "sharding/layout.h"
 
 namespace baton {
@@ -58,20 +74,33 @@ class Communicator;
 
 namespace baton::sharding {
 
-enum class ZeroStage { zero1, zero2 };
+enum class ZeroStage { zero1, zero2, zero3 };
 
-/// "zero1", "zero2".
+/// A zero3 unit: a sub-module under its dotted name in the model ("features.0"); its parameters are those named
+/// "<name>.<...>".
+struct UnitSpec {
+  std::string name;
+  const torch::nn::Module* module = nullptr;
+};
+
+/// "zero1", "zero2", "zero3".
 const char* to_string(ZeroStage stage);
 
-class ShardedStep {
+class ShardedStep : public detail::UnitRunner {
  public:
   /// `parameters`: the model's parameters in order, under their names (named_model_tensors(module, false)); they
   /// must hold the same values on every rank (the trainer broadcasts them first), be floating-point and share one
   /// device. `communicator`: the run's, lent for the object's lifetime; null for a world of one. Throws Error naming
   /// the parameter that is undefined, not floating-point, on another device, or named twice.
   /// `bucket_bytes`: a rank's part of each collective (the buckets above).
+  /// `units` (zero3 only; others refuse them): the units, outermost first or in any order; each must own at least
+  /// one sharded parameter (Error naming it otherwise). The step is built with the model whole; zero3 releases the
+  /// units' parameters at release_units().
   ShardedStep(const NamedTensors& parameters, Communicator* communicator, ZeroStage stage,
-              std::int64_t bucket_bytes = std::int64_t{25} << 20);
+              std::int64_t bucket_bytes = std::int64_t{25} << 20, std::vector<UnitSpec> units = {});
+  ~ShardedStep() override;
+  ShardedStep(const ShardedStep&) = delete;
+  ShardedStep& operator=(const ShardedStep&) = delete;
 
   ZeroStage stage() const { return stage_; }
   const Layout& layout() const { return layout_; }
@@ -104,6 +133,39 @@ class ShardedStep {
   /// no longer sees the model's, and under zero1 they would otherwise accumulate over steps.
   void zero_grad();
 
+  // --- zero3 ---
+  const std::vector<UnitSpec>& units() const { return unit_specs_; }
+  /// The unit each slot belongs to (an index into units()), -1 for the root.
+  const std::vector<int>& unit_of_slot() const { return unit_of_slot_; }
+  /// Whether the units' parameters are released (zero3 between release_units() and gather_units()).
+  bool released() const { return released_; }
+  /// Frees the full parameters of every unit (they live on in the shards): after load_parameters(), before
+  /// training. A no-op for zero1 / zero2 and when released already.
+  void release_units();
+  /// Makes every unit's parameters whole again, all-gathering their values (or, with `values` false, allocating
+  /// them only, for a caller that overwrites them and then calls load_parameters()). For what needs the whole
+  /// model outside a step: exporting it, a model whose forward does not run its units through run_unit. A no-op
+  /// unless released.
+  void gather_units(bool values = true);
+  /// What a unit's recompute must run under that its forward ran under, beyond the random generator (the trainer's
+  /// autocast): called at each unit's forward, the function returned is called before the recompute and the
+  /// object it returns is destroyed after it.
+  using RecomputeContext = std::function<std::function<std::shared_ptr<void>()>()>;
+  void set_recompute_context(RecomputeContext capture) { recompute_context_ = std::move(capture); }
+  /// How many times each unit ran forward (training or not) since construction: lets a caller tell a unit that
+  /// the model's forward never runs through run_unit.
+  std::int64_t unit_runs(std::size_t unit) const { return unit_state_.at(unit).runs; }
+
+  /// detail::UnitRunner: run_unit of one of this step's units (zero3).
+  at::Tensor run(const torch::nn::Module& module, const UnitForward& forward, const at::Tensor& input) override;
+
+  // The pieces of a unit's forward and backward (units.cpp), public for the autograd node that calls them.
+  void gather_unit(std::size_t unit, bool values = true);
+  void release_unit(std::size_t unit);
+  /// Reduce-scatters the unit's gradients (mean) and adds them to the shard parameters' gradients; then releases
+  /// the unit's full gradients.
+  void reduce_unit(std::size_t unit);
+
  private:
   ZeroStage stage_;
   Communicator* communicator_;
@@ -111,6 +173,24 @@ class ShardedStep {
   Layout layout_;
   std::vector<Bucket> buckets_;
   std::vector<at::Tensor> shards_;  // beside layout_.dtypes()
+
+  struct UnitState {
+    std::vector<std::size_t> slots;    // the slots it owns
+    std::vector<std::size_t> buckets;  // the buckets holding them (whole buckets: they break at unit boundaries)
+    bool whole = true;                 // its parameters hold their full values
+    std::int64_t runs = 0;
+  };
+  std::vector<UnitSpec> unit_specs_;
+  std::vector<int> unit_of_slot_;
+  std::vector<int> unit_of_bucket_;  // -1: the root's
+  std::vector<UnitState> unit_state_;
+  bool released_ = false;
+  RecomputeContext recompute_context_;
+
+  std::size_t unit_index(const torch::nn::Module& module) const;
+  std::size_t dtype_index(at::ScalarType dtype) const;
+  /// The shard parameter's gradient of `dtype`, allocated as zeros when undefined.
+  at::Tensor& shard_grad(std::size_t dtype_index);
 };
 
 }  // namespace baton::sharding

@@ -21,11 +21,14 @@
 
 #include "baton/communicator.h"
 #include "loopback_ranks.h"
+#include "shard_checks.h"
 #include "sharding/zero.h"
 
 using namespace baton;
 using baton::sharding::ShardedStep;
 using baton::sharding::ZeroStage;
+using baton::test::chunk_rows;
+using baton::test::relative_gap;
 using baton::test::run_ranks;
 
 namespace {
@@ -126,23 +129,6 @@ std::vector<std::pair<std::string, at::Tensor>> state_tensors(const torch::optim
   if (const auto* s = state_of<torch::optim::AdamWParamState>(optimizer.state(), parameter))
     return {{"exp_avg", s->exp_avg()}, {"exp_avg_sq", s->exp_avg_sq()}};
   return {};
-}
-
-// max |got - want| / max |want|; 0 for empty tensors (a rank holding no rows).
-double relative_gap(const at::Tensor& got, const at::Tensor& want) {
-  if (want.numel() == 0) return got.numel() == 0 ? 0.0 : 1.0;
-  const double gap = (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
-  const double scale = want.to(at::kDouble).abs().max().item<double>();
-  return scale > 0 ? gap / scale : gap;
-}
-
-// Rank `rank`'s rows of a tensor under torch.chunk(t, W, 0), computed here from the definition, not by the layout.
-at::Tensor chunk_rows(const at::Tensor& full, int rank, int world) {
-  const std::int64_t rows = full.size(0);
-  const std::int64_t per_rank = (rows + world - 1) / world;
-  const std::int64_t begin = std::min<std::int64_t>(rank * per_rank, rows);
-  const std::int64_t end = std::min<std::int64_t>((rank + 1) * per_rank, rows);
-  return full.narrow(0, begin, end - begin);
 }
 
 // Unsharded data parallel over W ranks, in one process: each step takes every rank's gradient on its slice of the
