@@ -219,10 +219,7 @@ void train_zero3(Communicator* comm, double dropout, const MakeOptimizer& make, 
   }
 }
 
-}  // namespace zero3_test
-
 TEST_SUITE("sharded step") {
-  using namespace zero3_test;
 
   TEST_CASE("zero3 in one process: dropout and batch norm in units follow the unsharded model (Adam, SGD)") {
     for (const auto& make : {adam(), sgd()}) {
@@ -258,3 +255,5 @@ TEST_SUITE("sharded step") {
     CHECK(plain->forward(at::ones({2, 6})).sizes() == at::IntArrayRef({2, 3}));
   }
 }
+
+}  // namespace zero3_test
