@@ -12,9 +12,12 @@
 //           kernel, not from the code;
 //   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), and rank 0's per phase.
 // Printed beside each: the formula (Adam + EMA in fp32 = 20 bytes per parameter unsharded; zero1 (8 + 12/W)/20,
-// zero2 (4 + 16/W)/20 of that; the ring's 2 (W - 1)/W of the parameter bytes sent per step).
+// zero2 (4 + 16/W)/20, zero3 (20/W)/20 of that between steps, each Linear a unit; the ring's 2 (W - 1)/W of the
+// parameter bytes sent per step, 3 (W - 1)/W under zero3). The forward runs each part through baton::run_unit, as
+// Sequential models do in the trainer, and the EMA follows zero3's rows as the ema plugin does.
 // Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero2_peak_vs_formula=...
-//            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=...   (at W = 2; ratios of measured to target)
+//            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
+//            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
 //   bench_sharding [--steps N] [--worlds 1,2,4]
 #include <spawn.h>
 #include <sys/wait.h>
@@ -42,6 +45,7 @@
 #include "baton/communicator.h"
 #include "baton/ema.h"
 #include "baton/model_tensors.h"
+#include "baton/unit.h"
 #include "sharding/zero.h"
 
 extern char** environ;
@@ -49,7 +53,7 @@ extern char** environ;
 namespace {
 
 constexpr std::int64_t kBatch = 64;
-const char* const kModes[] = {"none", "zero1", "zero2"};
+const char* const kModes[] = {"none", "zero1", "zero2", "zero3"};
 
 std::int64_t status_kib(const char* key) {  // a line of /proc/self/status, in KiB
   std::ifstream in("/proc/self/status");
@@ -93,16 +97,37 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
                               torch::nn::ReLU(), torch::nn::Linear(4096, 2048), torch::nn::ReLU(),
                               torch::nn::Linear(2048, 10));
   std::unique_ptr<baton::sharding::ShardedStep> sharded;
+  std::vector<baton::sharding::UnitSpec> units;  // zero3: every Linear, the trainer's default
+  if (mode == "zero3")
+    for (const auto& item : model->named_children())
+      if (!item.value()->parameters().empty()) units.push_back({item.key(), item.value().get()});
   if (mode != "none")
     sharded = std::make_unique<baton::sharding::ShardedStep>(
         baton::named_model_tensors(*model, false), comm.get(),
-        mode == "zero1" ? baton::sharding::ZeroStage::zero1 : baton::sharding::ZeroStage::zero2);
+        mode == "zero1"   ? baton::sharding::ZeroStage::zero1
+        : mode == "zero2" ? baton::sharding::ZeroStage::zero2
+                          : baton::sharding::ZeroStage::zero3,
+        std::int64_t{25} << 20, units);
   torch::optim::Adam adam(sharded ? sharded->shard_parameters() : model->parameters(), torch::optim::AdamOptions(1e-4));
   baton::EmaOptions ema_options;
   ema_options.smoothing = 0.999;
   ema_options.threads = 1;
-  ema_options.shard_over = comm;  // sharded over the ranks, as the ema plugin does by default
+  if (world > 1) ema_options.shard_over = comm;  // sharded over the ranks, as the ema plugin does by default
+  ema_options.held_rows = [&sharded] {  // zero3's released parameters, as RunFacts::held_rows gives them
+    std::vector<baton::HeldRows> out;
+    if (!sharded || !sharded->released()) return out;
+    const auto& slots = sharded->layout().slots();
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      if (sharded->unit_of_slot()[i] >= 0) out.push_back({slots[i].name, slots[i].shape, sharded->shard_of(slots[i].name)});
+    return out;
+  };
   baton::ExponentialMovingAverage ema(*model, ema_options);
+  if (sharded) sharded->release_units();  // zero3: each Linear whole only while it runs
+  const auto forward = [&model](const at::Tensor& x) {
+    at::Tensor h = x;
+    for (auto& part : *model) h = baton::run_unit(part, h);
+    return h;
+  };
   at::manual_seed(100 + rank);  // each rank its own data
   const at::Tensor inputs = at::randn({kBatch, 784}), targets = at::randint(0, 10, {kBatch});
 
@@ -122,7 +147,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
     };
     adam.zero_grad();
     if (sharded) sharded->zero_grad();
-    at::cross_entropy_loss(model->forward(inputs), targets).backward();
+    at::cross_entropy_loss(forward(inputs), targets).backward();
     phase(0);
     if (sharded)
       sharded->reduce_gradients();
@@ -220,6 +245,7 @@ double formula(const std::string& mode, int world) {  // model-state bytes per p
   const double w = world;
   if (mode == "zero1") return 8 + 12 / w;
   if (mode == "zero2") return 4 + 16 / w;
+  if (mode == "zero3") return 20 / w;  // between steps; while a unit runs, its parameters and gradients besides
   return 4 + 4 + 8 + 4 / w;  // none: the EMA alone is sharded (the ema plugin's default)
 }
 
@@ -259,7 +285,7 @@ int main(int argc, char** argv) {
       Measured r = run_world(argv[0], w, m, steps, next_port++);
       const double per_param = r.state / parameters;
       if (w == 1 && std::string(m) == "none") unsharded = per_param;
-      const double ring = w > 1 ? 2.0 * (w - 1) / w * parameters * 4 : 0;
+      const double ring = w > 1 ? (std::string(m) == "zero3" ? 3.0 : 2.0) * (w - 1) / w * parameters * 4 : 0;
       std::printf("%-6s %2d %12.1f %9.2f %9.2f %12.1f %9.2f %11.1f %9s %9.3f  %s\n", m, w, r.state / 1e6, per_param,
                   formula(m, w), r.peak / 1e6, r.peak / parameters, r.sent / 1e6,
                   ring > 0 ? std::to_string(r.sent / ring).substr(0, 5).c_str() : "-", r.step, r.phases.c_str());
@@ -267,16 +293,19 @@ int main(int argc, char** argv) {
       if (w == 2) at2[m] = r;
     }
   }
-  if (at2.size() != 3) {
+  if (at2.size() != 4) {
     std::printf("RESULT (W = 2 not measured)\n");
     return 0;
   }
   const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
   if (unsharded > 0) std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
   std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero2_peak_vs_formula=%.3f "
-              "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f\n",
+              "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
+              "zero3_peak_vs_formula=%.3f zero3_sent_vs_ring=%.3f zero3_step_vs_ddp=%.3f\n",
               at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),
               at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
-              at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step);
+              at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step,
+              at2["zero3"].state / parameters / formula("zero3", 2), at2["zero3"].peak / parameters / formula("zero3", 2),
+              at2["zero3"].sent / (1.5 * ring2), at2["zero3"].step / at2["none"].step);
   return 0;
 }

@@ -17,7 +17,8 @@
 #   build     what the GPU parts need first (the CLI, the ema plugin, two test programs), the rest before the tests
 #   amp_bf16, amp_fp16   a short convnet run with the EMA plugin under each precision on the device
 #   nccl      a one-rank NCCL process group reducing a CUDA tensor
-#   sharding  two ranks over Gloo on the one GPU train the convnet with the EMA under sharding none, zero1, zero2:
+#   sharding  two ranks over Gloo on the one GPU train the convnet with the EMA under sharding none, zero1, zero2,
+#             zero3 (units gathered per layer, recomputed in the backward on the device):
 #             the evaluations agree across modes (relative 1e-3) and the sharded runs write shard files
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
 #   diffusion configs/fashion_mnist_ddpm.toml on the device (bench/diffusion_bench.sh: EMA and raw Frechet distances),
@@ -195,7 +196,7 @@ save_interval = "1ep"
 
 [distributed]
 backend = "gloo"' > "$root/run.toml"
-  for mode in none zero1 zero2; do
+  for mode in none zero1 zero2 zero3; do
     mkdir -p "$root/$mode"
     begun=$SECONDS
     if ! (cd "$root/$mode" && "$baton" launch --nproc 2 train ../run.toml --set "distributed.sharding=$mode") \
@@ -212,7 +213,7 @@ backend = "gloo"' > "$root/run.toml"
 import json, pathlib, sys
 root = pathlib.Path(sys.argv[1])
 last = {}
-for mode in ("none", "zero1", "zero2"):
+for mode in ("none", "zero1", "zero2", "zero3"):
     values = {}
     for path in (root / mode).rglob("metrics.jsonl"):
         for text in open(path):
@@ -220,14 +221,14 @@ for mode in ("none", "zero1", "zero2"):
             values.update({k: v for k, v in record.items() if k.startswith("eval") and "loss" in k})
     last[mode] = values
 worst = 0.0
-for mode in ("zero1", "zero2"):
+for mode in ("zero1", "zero2", "zero3"):
     for key, a in last["none"].items():
         b = last[mode].get(key)
         if b is None:
             print(f"{mode} logged no {key}")
             sys.exit(1)
         worst = max(worst, abs(a - b) / max(abs(a), 1e-12))
-shards = sum(1 for m in ("zero1", "zero2") for _ in (root / m).rglob("model-shard-*.safetensors"))
+shards = sum(1 for m in ("zero1", "zero2", "zero3") for _ in (root / m).rglob("model-shard-*.safetensors"))
 print(" ".join(f"{k}={v:.5g}" for k, v in sorted(last["none"].items())), f"worst_rel_diff={worst:.2e}",
       f"shard_files={shards}")
 sys.exit(0 if last["none"] and worst <= 1e-3 and shards > 0 else 1)

@@ -605,7 +605,7 @@ TEST_SUITE("distributed_cli") {
     CHECK(fs::exists(dir / "runs" / "one" / "model.safetensors"));
   }
 
-  TEST_CASE("issue 38: zero1 and zero2 over 2 ranks end with sharding none's weights: SGD momentum, Adam, EMA") {
+  TEST_CASE("issue 38: zero1, zero2 and zero3 over 2 ranks end with sharding none's weights: SGD momentum, Adam, EMA") {
     auto dir = baton::test::scratch_dir("dist-zero");
     const std::vector<std::pair<std::string, std::string>> optimizers = {
         {"sgd", "name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\nweight_decay = 0.001\n"},
@@ -614,7 +614,7 @@ TEST_SUITE("distributed_cli") {
     for (const auto& entry : optimizers) {
       const std::string optimizer = entry.first;
       const std::string table = entry.second;
-      for (const std::string mode : {"none", "zero1", "zero2"}) {
+      for (const std::string mode : {"none", "zero1", "zero2", "zero3"}) {
         const std::string name = optimizer + "-" + mode;
         write_sharded_config(dir / (name + ".toml"), name, mode, table);
         Result r = run_baton(dir, {"launch", "--nproc", "2", "train", name + ".toml"});
@@ -622,15 +622,16 @@ TEST_SUITE("distributed_cli") {
         REQUIRE(r.status == 0);
         CHECK(r.out.find("[rank 1] rank 1 of 2 done at ep 2 ba 16") != std::string::npos);
       }
-      for (const std::string mode : {"zero1", "zero2"}) {
+      for (const std::string mode : {"zero1", "zero2", "zero3"}) {
         const double relative = max_relative_difference(runs / (optimizer + "-" + mode), runs / (optimizer + "-none"));
         MESSAGE(optimizer << " " << mode << ": max relative difference to sharding none = " << relative);
         CHECK(relative <= 1e-6);
       }
     }
-    // The EMA reads the weights after the step, whole again after the all-gather; microbatches accumulate in the
-    // model's .grad and are reduced once after the last (zero2 releases them then).
-    for (const std::string mode : {"none", "zero2"}) {
+    // The EMA reads the weights after the step, whole again after the all-gather (zero3: this rank's rows of them in
+    // the shards, the parameters being released); microbatches accumulate in the model's .grad and are reduced once
+    // after the last (zero2 releases them then; zero3 reduces each unit in each microbatch's backward).
+    for (const std::string mode : {"none", "zero2", "zero3"}) {
       write_sharded_config(dir / ("ema-" + mode + ".toml"), "ema-" + mode, mode,
                            "name = \"sgd\"\nlr = 0.05\nmomentum = 0.9\n", kEma);
       Result r = run_baton(dir, {"launch", "--nproc", "2", "train", "ema-" + mode + ".toml", "--set",
@@ -638,17 +639,19 @@ TEST_SUITE("distributed_cli") {
       INFO(r.out);
       REQUIRE(r.status == 0);
     }
-    const double weights = max_relative_difference(runs / "ema-zero2", runs / "ema-none");
-    const double averaged = max_relative_difference(runs / "ema-zero2", runs / "ema-none", "ema.safetensors");
-    MESSAGE("zero2 with the EMA and microbatches: weights " << weights << ", EMA " << averaged);
-    CHECK(weights <= 1e-6);
-    CHECK(averaged <= 1e-6);
+    for (const std::string mode : {"zero2", "zero3"}) {
+      const double weights = max_relative_difference(runs / ("ema-" + mode), runs / "ema-none");
+      const double averaged = max_relative_difference(runs / ("ema-" + mode), runs / "ema-none", "ema.safetensors");
+      MESSAGE(mode << " with the EMA and microbatches: weights " << weights << ", EMA " << averaged);
+      CHECK(weights <= 1e-6);
+      CHECK(averaged <= 1e-6);
+    }
 
     // Gradient clipping acts on what the optimizer steps: under zero2 each rank's shard of the averaged gradients,
     // by the global norm (the ranks' squares summed; a rank's own norm would clip less) or element by element. A
     // threshold below the gradients' norm, so every step is clipped: the run then differs from sgd-none's.
     for (const std::string type : {"norm", "value"}) {
-      for (const std::string mode : {"none", "zero2"}) {
+      for (const std::string mode : {"none", "zero2", "zero3"}) {
         const std::string name = "clip-" + type + "-" + mode;
         write_sharded_config(dir / (name + ".toml"), name, mode, optimizers.front().second,
                              "[[plugins]]\nname = \"gradient_clipping\"\nclipping_type = \"" + type +
@@ -658,9 +661,12 @@ TEST_SUITE("distributed_cli") {
         REQUIRE(r.status == 0);
       }
       const double sharded = max_relative_difference(runs / ("clip-" + type + "-zero2"), runs / ("clip-" + type + "-none"));
+      const double zero3 = max_relative_difference(runs / ("clip-" + type + "-zero3"), runs / ("clip-" + type + "-none"));
       const double clipped = max_relative_difference(runs / ("clip-" + type + "-none"), runs / "sgd-none");
-      MESSAGE("clipping by " << type << ": zero2 to none " << sharded << ", clipped to unclipped " << clipped);
+      MESSAGE("clipping by " << type << ": zero2 to none " << sharded << ", zero3 to none " << zero3
+                             << ", clipped to unclipped " << clipped);
       CHECK(sharded <= 1e-5);
+      CHECK(zero3 <= 1e-5);
       CHECK(clipped > 1e-2);
     }
   }
@@ -668,13 +674,26 @@ TEST_SUITE("distributed_cli") {
   TEST_CASE("issue 38: baton check and train refuse what a sharded run cannot do, naming the key or plugin") {
     auto dir = baton::test::scratch_dir("dist-zero-refused");
     const std::string sgd = "name = \"sgd\"\nlr = 0.05\n";
-    write_sharded_config(dir / "zero3.toml", "zero3", "zero3", sgd);
+    // zero3's units name modules of the model, under zero3 only; the EMA's post-hoc profiles need whole weights.
+    write_sharded_config(dir / "units.toml", "units", "zero2", sgd, "units = [\"layers.0\"]\n");
+    write_sharded_config(dir / "typo.toml", "typo", "zero3", sgd, "units = [\"layers.0\", \"layer.2\"]\n");
+    write_sharded_config(dir / "posthoc.toml", "posthoc", "zero3", sgd,
+                         "[[plugins]]\nname = \"ema\"\nhalf_life = \"10ba\"\nposthoc = { sigma_rels = [0.05, 0.1] }\n");
     for (const std::string command : {"check", "train"}) {
-      Result r = run_baton(dir, {command, "zero3.toml"});
-      INFO(r.out);
-      CHECK(r.status == 2);
-      CHECK(r.out.find("distributed.sharding: expected \"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded "
-                       "at rest and gathered per unit, is not built yet), got string \"zero3\"") != std::string::npos);
+      Result units = run_baton(dir, {command, "units.toml"});
+      INFO(units.out);
+      CHECK(units.status == 2);
+      CHECK(units.out.find("distributed.units: units are gathered one at a time under sharding = \"zero3\" only; this "
+                           "run's is \"zero2\"") != std::string::npos);
+      Result typo = run_baton(dir, {command, "typo.toml"});
+      INFO(typo.out);
+      CHECK(typo.status != 0);
+      CHECK(typo.out.find("unit 'layer.2' is no sub-module of the model (modules with parameters: layers.0, layers.2)") !=
+            std::string::npos);
+      Result posthoc = run_baton(dir, {command, "posthoc.toml"});
+      INFO(posthoc.out);
+      CHECK(posthoc.status != 0);
+      CHECK(posthoc.out.find("ema: posthoc under sharding \"zero3\" is not supported yet") != std::string::npos);
     }
     // A plugin that needs the whole gradients after the reduce (adaptive clipping: a vector's unit spans ranks).
     write_sharded_config(dir / "clip.toml", "clip", "zero2", sgd,

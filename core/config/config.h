@@ -42,6 +42,9 @@ struct DataSection : ComponentSection {
 struct DistributedSection {
   std::string backend = "gloo";       // gloo | nccl (nccl needs a LibTorch built with CUDA and NCCL)
   std::int64_t timeout_seconds = 60;  // >= 1; rendezvous and every collective; a dead peer is reported by then
+  /// sharding = "zero3": the sub-modules gathered one at a time, by dotted name ("features.0"); empty: every module
+  /// that holds parameters of its own (TrainerOptions::units).
+  std::vector<std::string> units;
 };
 
 struct PluginEntry {

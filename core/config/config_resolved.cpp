@@ -63,6 +63,11 @@ std::string resolved_config_text(const RunConfig& c) {
   toml::table& distributed = section("distributed");
   distributed.insert_or_assign("backend", c.distributed.backend);
   distributed.insert_or_assign("timeout_seconds", c.distributed.timeout_seconds);
+  if (!c.distributed.units.empty()) {
+    toml::array units;
+    for (const auto& unit : c.distributed.units) units.push_back(unit);
+    distributed.insert_or_assign("units", std::move(units));
+  }
   toml::table& search = section("plugin_search");
   toml::array paths;
   for (const auto& p : c.plugin_search_paths) paths.push_back(p);

@@ -106,6 +106,14 @@ void read_distributed(const PluginConfig& s, DistributedSection& distributed, Tr
   distributed.backend = s.get_choice_or("backend", distributed.backend, {"gloo", "nccl"});
   distributed.timeout_seconds = s.get_int_or("timeout_seconds", distributed.timeout_seconds, Range::at_least(1));
   read_settings(s, "distributed", settings);  // sharding: the Trainer's too
+  if (s.has("units")) {
+    distributed.units = s.get<std::vector<std::string>>("units");
+    if (settings.sharding != Sharding::zero3)
+      s.fail("units", std::string("units are gathered one at a time under sharding = \"zero3\" only; this run's is \"") +
+                          sharding_name(settings.sharding) + "\" (leave units out, or set sharding = \"zero3\")");
+    for (std::size_t i = 0; i < distributed.units.size(); ++i)
+      if (distributed.units[i].empty()) s.fail("units", "expected module names, got \"\" at index " + std::to_string(i));
+  }
 }
 
 /// Plugin paths from the file are relative to its folder; those typed in a --set stay relative to the working

@@ -57,12 +57,6 @@ std::string prefetch_covers_workers(const S& s) {
   return "at least workers (" + std::to_string(s.workers) + ": each worker fetches one of the batches ahead)";
 }
 
-std::string sharding_built(const S& s) {
-  if (s.sharding != Sharding::zero3) return "";
-  return "\"none\", \"zero1\" or \"zero2\" (zero3, parameters sharded at rest and gathered per unit, is not "
-         "built yet)";
-}
-
 }  // namespace
 
 const std::vector<Setting>& settings() {
@@ -88,7 +82,7 @@ const std::vector<Setting>& settings() {
       {"checkpoint", "keep_last", "keep_last", &S::keep_last, at_least(0)},
       // "" is the run folder's checkpoints/ (the config fills it in), so a file may not say "" itself.
       {"checkpoint", "dir", "checkpoint_dir", &S::checkpoint_dir, {}, true},
-      {"distributed", "sharding", "sharding", &S::sharding, related(sharding_built)},
+      {"distributed", "sharding", "sharding", &S::sharding, {}},
   };
   return table;
 }

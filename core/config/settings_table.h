@@ -51,7 +51,7 @@ const std::vector<Setting>& settings();
 const std::vector<std::string>& precision_names();
 
 /// The shardings' names ("none", "zero1", "zero2", "zero3"), in the enum's order: the choices of
-/// distributed.sharding (zero3 is then refused by its rule, with the reason).
+/// distributed.sharding.
 const std::vector<std::string>& sharding_names();
 
 /// A setting's value as messages show it: 128, 1ep, "cuda:x", amp_fp16, true.

@@ -190,19 +190,15 @@ TEST_SUITE("settings") {
     CHECK(problems(s).empty());
   }
 
-  TEST_CASE("issue 38: sharding: zero3 is refused as not built yet; zero1/zero2 save periodically") {
+  TEST_CASE("issue 38: every sharding saves periodically or not") {
     TrainerSettings s;
     for (Time every : {Time(0, TimeUnit::epoch), Time(2, TimeUnit::batch)}) {
       s.save_interval = every;
-      for (Sharding mode : {Sharding::none, Sharding::zero1, Sharding::zero2}) {
+      for (Sharding mode : {Sharding::none, Sharding::zero1, Sharding::zero2, Sharding::zero3}) {
         s.sharding = mode;
         CHECK(problems(s).empty());
       }
     }
-    s.sharding = Sharding::zero3;
-    const std::string zero3 = only_problem(s);
-    CHECK(zero3.rfind("distributed.sharding (sharding): expected \"none\", \"zero1\" or \"zero2\" (zero3, ", 0) == 0);
-    CHECK(zero3.find("is not built yet), got zero3") != std::string::npos);
   }
 
   TEST_CASE("issue 38: one list of sharding names, which the config reads and its error lists") {
@@ -216,10 +212,18 @@ TEST_SUITE("settings") {
     CHECK(baton::config_test::failure("[distributed]\nsharding = \"fsdp\"\n").what ==
           "cfg.toml:2:12: distributed.sharding: expected one of \"none\", \"zero1\", \"zero2\", \"zero3\", got "
           "string \"fsdp\"");
-    // zero3 is a name the config knows: refused at its key with the reason, not as an unknown choice.
-    const auto zero3 = baton::config_test::failure("[distributed]\nsharding = \"zero3\"\n");
-    CHECK(zero3.key == "distributed.sharding");
-    CHECK(baton::config_test::contains(zero3.what, "is not built yet"));
+    // zero3's units: module names, under zero3 only.
+    const auto zero3 = baton::parse_config("[distributed]\nsharding = \"zero3\"\nunits = [\"features\", \"classifier.0\"]\n",
+                                           "cfg.toml");
+    CHECK(zero3.settings.sharding == Sharding::zero3);
+    CHECK(zero3.distributed.units == std::vector<std::string>{"features", "classifier.0"});
+    CHECK(baton::parse_config(baton::resolved_config_text(zero3), "resolved.toml").distributed.units ==
+          zero3.distributed.units);
+    const auto zero2_units = baton::config_test::failure("[distributed]\nsharding = \"zero2\"\nunits = [\"fc\"]\n");
+    CHECK(zero2_units.key == "distributed.units");
+    CHECK(baton::config_test::contains(zero2_units.what, "under sharding = \"zero3\" only; this run's is \"zero2\""));
+    CHECK(baton::config_test::failure("[distributed]\nsharding = \"zero3\"\nunits = [\"fc\", \"\"]\n").what ==
+          "cfg.toml:3:9: distributed.units: expected module names, got \"\" at index 1");
     // The default save_interval (1ep) under zero1: sharded checkpoints.
     CHECK(baton::parse_config("[distributed]\nsharding = \"zero1\"\n", "cfg.toml").settings.sharding == Sharding::zero1);
   }
@@ -276,9 +280,12 @@ TEST_SUITE("settings") {
           return s.section == section && s.key == key;
         });
         if (setting == table.end()) {
-          // The run's folder, the dataset and its metrics are RunConfig's own, not the Trainer's settings.
-          const std::vector<std::string> own = {"run.name",    "run.dir", "data.name", "data.metrics",
-                                                "distributed.backend", "distributed.timeout_seconds"};
+          // The run's folder, the dataset and its metrics are RunConfig's own, not the Trainer's settings (zero3's
+          // units are TrainerOptions', a list of module names no setting rule covers).
+          const std::vector<std::string> own = {"run.name",          "run.dir",
+                                                "data.name",         "data.metrics",
+                                                "distributed.backend", "distributed.timeout_seconds",
+                                                "distributed.units"};
           CHECK(std::find(own.begin(), own.end(), section + "." + key) != own.end());
           continue;
         }

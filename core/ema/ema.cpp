@@ -37,23 +37,36 @@ void ExponentialMovingAverage::reset(const torch::nn::Module& model) {
   std::vector<Impl::Entry> entries;
   std::unordered_map<std::string, std::size_t> index;
   std::vector<at::Tensor> weights;
-  for (auto& [name, tensor, parameter] : model_tensors(model)) {
+  std::vector<bool> rows;
+  const auto held = impl_->held_now();
+  for (auto& [name, model_tensor, parameter] : model_tensors(model)) {
+    // A weight held as this rank's rows (EmaOptions::held_rows) starts from those rows, at its global shape.
+    auto h = held.find(name);
+    const bool as_rows = h != held.end();
+    const at::Tensor& tensor = as_rows ? h->second.rows : model_tensor;
     Impl::Entry entry;
     entry.name = name;
     entry.averaged = impl_->averages(name, tensor, parameter);
-    entry.shape = tensor.sizes().vec();
+    entry.shape = as_rows ? h->second.shape : tensor.sizes().vec();
     entry.dtype = impl_->average_dtype(tensor, entry.averaged);
     // Integer buffers (counters) are tiny and kept whole on every rank; the floating tensors are sharded.
     entry.in_shard = impl_->sharded() && tensor.is_floating_point();
-    if (!entry.in_shard) entry.ema = impl_->make_average(tensor, entry.averaged);
+    if (!entry.in_shard) {
+      if (as_rows && tensor.sizes() != at::IntArrayRef(entry.shape))
+        throw Error("EMA: tensor '" + name + "' is held as this rank's rows " + format_shape(tensor.sizes()) +
+                    " of " + format_shape(entry.shape) + ": over several ranks the EMA must be sharded as the run is "
+                    "(EmaOptions::shard_over)");
+      entry.ema = impl_->make_average(tensor, entry.averaged);
+    }
     index.emplace(name, entries.size());
     entries.push_back(std::move(entry));
     weights.push_back(tensor);
+    rows.push_back(as_rows);
   }
   impl_->entries = std::move(entries);
   impl_->index = std::move(index);
   impl_->plan = ema_kernel::Plan();
-  if (impl_->sharded()) impl_->make_shard(weights);
+  if (impl_->sharded()) impl_->make_shard(weights, rows);
   impl_->initialized = true;
 }
 
@@ -67,15 +80,16 @@ void ExponentialMovingAverage::update(const torch::nn::Module& model, double smo
 
 void ExponentialMovingAverage::swap(torch::nn::Module& model) {
   impl_->require_initialized("swap");
-  const auto weights = impl_->align(model);
+  std::vector<bool> rows;
+  const auto weights = impl_->align(model, rows);
   at::NoGradGuard no_grad;
   if (impl_->swapped) {
-    impl_->swap_out(weights);
+    impl_->swap_out(weights, rows);
     impl_->release_gathered();
   } else {
-    if (impl_->sharded()) impl_->gather_for_swap();
+    if (impl_->sharded()) impl_->gather_for_swap(rows);
     try {
-      impl_->swap_in(weights);
+      impl_->swap_in(weights, rows);
     } catch (...) {
       impl_->release_gathered();
       throw;
@@ -89,11 +103,13 @@ bool ExponentialMovingAverage::swapped() const { return impl_->swapped; }
 void ExponentialMovingAverage::copy_to(torch::nn::Module& model) const {
   impl_->require_initialized("copy_to");
   impl_->require_not_swapped("copy_to");
-  const auto weights = impl_->align(model);
+  std::vector<bool> rows;
+  const auto weights = impl_->align(model, rows);
   const std::vector<at::Tensor> gathered = impl_->gather();
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < weights.size(); ++i) {
-    const at::Tensor average = impl_->average_of(i, gathered);
+    // Rows take this rank's rows of the average (its own; in a world of one, all of it).
+    const at::Tensor average = rows[i] ? impl_->kept(i).reshape(weights[i].sizes()) : impl_->average_of(i, gathered);
     weights[i].detach().copy_(average, /*non_blocking=*/!average.is_cpu());
   }
 }
@@ -152,8 +168,10 @@ at::Tensor ExponentialMovingAverage::get(const std::string& name) const {
 
 std::vector<std::pair<std::string, at::Tensor>> ExponentialMovingAverage::state_dict() const {
   // Sharded and not swapped in: every rank gathers (a collective), whatever it then does with the result.
-  const std::vector<at::Tensor> gathered =
-      impl_->swapped ? std::vector<at::Tensor>(impl_->entries.size()) : impl_->gather();
+  // Swapped by rows, a sharded entry is not whole either: its average is gathered from the shard as ever.
+  bool need = false;
+  for (const auto& entry : impl_->entries) need = need || (entry.in_shard && !Impl::whole(entry));
+  const std::vector<at::Tensor> gathered = need ? impl_->gather() : std::vector<at::Tensor>(impl_->entries.size());
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.reserve(impl_->entries.size());
   for (std::size_t i = 0; i < impl_->entries.size(); ++i)

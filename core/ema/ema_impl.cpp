@@ -118,7 +118,17 @@ at::Tensor ExponentialMovingAverage::Impl::Shard::view(std::size_t slot) const {
   return layout->shard_of_buffer(buffer(layout->slots()[slot].dtype), slot);
 }
 
-void ExponentialMovingAverage::Impl::make_shard(const std::vector<at::Tensor>& weights) {
+std::unordered_map<std::string, HeldRows> ExponentialMovingAverage::Impl::held_now() const {
+  std::unordered_map<std::string, HeldRows> out;
+  if (!options.held_rows) return out;
+  for (auto& held : options.held_rows()) {
+    std::string name = held.name;
+    out.emplace(std::move(name), std::move(held));
+  }
+  return out;
+}
+
+void ExponentialMovingAverage::Impl::make_shard(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows) {
   shard = Shard();
   std::vector<sharding::TensorSpec> specs;
   c10::Device device(c10::kCPU);
@@ -135,7 +145,10 @@ void ExponentialMovingAverage::Impl::make_shard(const std::vector<at::Tensor>& w
     shard.buffers.push_back(shard.layout->new_buffer(dtype, device));  // zeroed: the padding stays 0
   for (std::size_t slot = 0; slot < shard.entry_of.size(); ++slot) {
     const std::size_t i = shard.entry_of[slot];
-    shard.layout->write_shard(weights[i], slot, shard.buffer(entries[i].dtype));
+    if (rows[i])
+      shard.view(slot).copy_(weights[i].reshape(shard.layout->slots()[slot].shard_shape()));
+    else
+      shard.layout->write_shard(weights[i], slot, shard.buffer(entries[i].dtype));
   }
 }
 
@@ -163,7 +176,10 @@ std::vector<at::Tensor> ExponentialMovingAverage::Impl::gather() const {
   return out;
 }
 
-std::vector<at::Tensor> ExponentialMovingAverage::Impl::align(const torch::nn::Module& model) const {
+std::vector<at::Tensor> ExponentialMovingAverage::Impl::align(const torch::nn::Module& model,
+                                                              std::vector<bool>& rows) const {
+  const auto held = held_now();
+  rows.assign(entries.size(), false);
   std::vector<at::Tensor> out(entries.size());
   std::size_t next = 0, found = 0;
   for (auto& [name, tensor, parameter] : model_tensors(model)) {
@@ -176,6 +192,16 @@ std::vector<at::Tensor> ExponentialMovingAverage::Impl::align(const torch::nn::M
       i = it->second;
     }
     const at::IntArrayRef expected = entries[i].shape;
+    if (auto h = held.find(name); h != held.end()) {
+      if (at::IntArrayRef(h->second.shape) != expected)
+        throw Error("EMA: tensor '" + name + "' has shape " + format_shape(h->second.shape) + " in the run but " +
+                    format_shape(expected) + " in the EMA");
+      out[i] = h->second.rows;
+      rows[i] = true;
+      ++found;
+      next = i + 1;
+      continue;
+    }
     if (tensor.sizes() != expected)
       throw Error("EMA: tensor '" + name + "' has shape " + format_shape(tensor.sizes()) + " in the model but " +
                   format_shape(expected) + " in the EMA");
@@ -194,7 +220,8 @@ void ExponentialMovingAverage::Impl::update(const torch::nn::Module& model, doub
   check_ema_smoothing(smoothing);
   require_initialized("update");
   require_not_swapped("update");
-  const auto weights = align(model);
+  std::vector<bool> rows;
+  const auto weights = align(model, rows);
   at::NoGradGuard no_grad;
   // A sharded EMA updates the segments of its slice exactly as a whole one updates whole tensors (the same
   // kernel, element by element), so both give bitwise the same average; no rank talks to another.
@@ -205,8 +232,13 @@ void ExponentialMovingAverage::Impl::update(const torch::nn::Module& model, doub
     const Entry& e = entries[i];
     // A sharded entry pairs its rows in the shard's buffer with the same rows of the weight (a view: dim-0 rows of
     // a contiguous tensor are contiguous, so the fused kernel takes them in place).
-    at::Tensor average = e.in_shard ? shard.view(e.slot) : e.ema;
-    at::Tensor weight = e.in_shard ? shard.layout->shard(weights[i], e.slot) : weights[i];
+    // A weight held as rows is already this rank's rows (of a whole EMA in a world of one: the whole tensor).
+    at::Tensor average = kept(i);
+    at::Tensor weight = e.in_shard && !rows[i] ? shard.layout->shard(weights[i], e.slot) : weights[i];
+    if (rows[i] && weight.sizes() != average.sizes())
+      throw Error("EMA: tensor '" + e.name + "' is held as this rank's rows " + format_shape(weight.sizes()) +
+                  " but the EMA keeps " + format_shape(average.sizes()) +
+                  " of it: over several ranks the EMA must be sharded as the run is (EmaOptions::shard_over)");
     if (auto task = kernel_task(average, weight, e.averaged))
       tasks.push_back(*task);
     else
@@ -217,17 +249,22 @@ void ExponentialMovingAverage::Impl::update(const torch::nn::Module& model, doub
   op_updates(others, smoothing);
 }
 
-void ExponentialMovingAverage::Impl::swap_in(const std::vector<at::Tensor>& weights) {
+void ExponentialMovingAverage::Impl::swap_in(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows) {
   // Backups first: if one cannot be allocated, nothing has changed yet.
   std::vector<at::Tensor> backups(entries.size());
   for (std::size_t i = 0; i < entries.size(); ++i)
-    if (!exchangeable(entries[i].ema, weights[i]))
+    if (rows[i])
+      backups[i] = weights[i].detach().clone();
+    else if (!exchangeable(entries[i].ema, weights[i]))
       backups[i] = weights[i].detach().to(entries[i].ema.device(), weights[i].scalar_type(),
                                           /*non_blocking=*/false, /*copy=*/true);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     Entry& e = entries[i];
     const at::Tensor& weight = weights[i];
-    if (backups[i].defined()) {
+    if (rows[i]) {
+      e.stash = std::move(backups[i]);
+      weight.detach().copy_(kept(i).reshape(weight.sizes()), /*non_blocking=*/false);
+    } else if (backups[i].defined()) {
       e.stash = std::move(backups[i]);
       weight.detach().copy_(e.ema, /*non_blocking=*/!e.ema.is_cpu());
     } else {
@@ -240,7 +277,7 @@ void ExponentialMovingAverage::Impl::swap_in(const std::vector<at::Tensor>& weig
   }
 }
 
-void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& weights) {
+void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows) {
   for (std::size_t i = 0; i < entries.size(); ++i)
     if (entries[i].holder.defined() && weights[i].unsafeGetTensorImpl() != entries[i].holder.unsafeGetTensorImpl())
       throw Error("EMA: swap back needs the model the EMA was swapped into, but tensor '" + entries[i].name +
@@ -249,7 +286,9 @@ void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& wei
   for (std::size_t i = entries.size(); i-- > 0;) {
     Entry& e = entries[i];
     const at::Tensor& weight = weights[i];
-    if (e.holder.defined()) {
+    if (rows[i]) {
+      weight.detach().copy_(e.stash, /*non_blocking=*/false);
+    } else if (e.holder.defined()) {
       e.ema = weight.variable_data();
       weight.set_data(e.stash);
       e.holder = at::Tensor();
@@ -260,10 +299,10 @@ void ExponentialMovingAverage::Impl::swap_out(const std::vector<at::Tensor>& wei
   }
 }
 
-void ExponentialMovingAverage::Impl::gather_for_swap() {
+void ExponentialMovingAverage::Impl::gather_for_swap(const std::vector<bool>& rows) {
   std::vector<at::Tensor> gathered = gather();
   for (std::size_t i = 0; i < entries.size(); ++i)
-    if (entries[i].in_shard) entries[i].ema = std::move(gathered[i]);
+    if (entries[i].in_shard && !rows[i]) entries[i].ema = std::move(gathered[i]);
 }
 
 void ExponentialMovingAverage::Impl::release_gathered() {

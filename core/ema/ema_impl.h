@@ -116,8 +116,12 @@ struct ExponentialMovingAverage::Impl {
                               /*copy=*/true, at::MemoryFormat::Contiguous);
   }
 
-  // Builds the layout over the floating-point entries and fills this rank's rows from `weights`.
-  void make_shard(const std::vector<at::Tensor>& weights);
+  // The weights held only as this rank's rows now (EmaOptions::held_rows), by name.
+  std::unordered_map<std::string, HeldRows> held_now() const;
+
+  // Builds the layout over the floating-point entries and fills this rank's rows from `weights` (the rows
+  // themselves where `rows[i]`).
+  void make_shard(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows);
 
   // The whole average of every sharded entry, by entry index (undefined for the others): a collective, one
   // all-gather per dtype.
@@ -128,8 +132,12 @@ struct ExponentialMovingAverage::Impl {
     return whole(entries[i]) ? current(entries[i]) : gathered[i];
   }
 
-  // The model's tensors in the EMA's order, checked name by name and shape by shape.
-  std::vector<at::Tensor> align(const torch::nn::Module& model) const;
+  // The model's tensors in the EMA's order, checked name by name and shape by shape; a weight held as rows
+  // (held_now) is its rows, with rows[i] set.
+  std::vector<at::Tensor> align(const torch::nn::Module& model, std::vector<bool>& rows) const;
+
+  // Entry i's average where this rank keeps it: its rows in the shard, or the whole tensor.
+  at::Tensor kept(std::size_t i) const { return entries[i].in_shard ? shard.view(entries[i].slot) : entries[i].ema; }
 
   void update(const torch::nn::Module& model, double smoothing);
 
@@ -138,12 +146,14 @@ struct ExponentialMovingAverage::Impl {
            ema.layout() == weight.layout();
   }
 
-  void swap_in(const std::vector<at::Tensor>& weights);
+  // `rows`: align()'s. Rows are exchanged by copies, in place: the run gathers its units from them.
+  void swap_in(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows);
 
-  void swap_out(const std::vector<at::Tensor>& weights);
+  void swap_out(const std::vector<at::Tensor>& weights, const std::vector<bool>& rows);
 
-  // Sharded: the whole EMA for a swap, as views of one gathered buffer, and its release after.
-  void gather_for_swap();
+  // Sharded: the whole EMA for a swap, as views of one gathered buffer, and its release after (the entries
+  // swapped as rows need none).
+  void gather_for_swap(const std::vector<bool>& rows);
 
   void release_gathered();
 };

@@ -15,6 +15,7 @@
 #include "baton/ema.h"
 #include "baton/error.h"
 #include "loopback_ranks.h"
+#include "shard_checks.h"
 
 using namespace baton;
 
@@ -81,9 +82,94 @@ EmaOptions options(double smoothing, std::shared_ptr<Communicator> comm = nullpt
   return o;
 }
 
+// A run sharded zero3 between steps, as the EMA sees it: the model's parameters emptied, each rank holding its rows
+// of them (torch.chunk's, computed here) in tensors of its own, the buffers whole.
+struct HeldModel {
+  torch::nn::Sequential model = small_model();
+  std::vector<HeldRows> held;
+  int rank, world;
+
+  HeldModel(int rank_in, int world_in) : rank(rank_in), world(world_in) {
+    set_weights(model, 0);
+    at::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters()) {
+      held.push_back({item.key(), item.value().sizes().vec(),
+                      baton::test::chunk_rows(item.value(), rank, world).clone()});
+      item.value().set_data(at::empty({0}));
+    }
+  }
+  // The run's weights at k: the rows of each parameter and the whole buffers.
+  void set(double k) {
+    auto whole = small_model();
+    set_weights(whole, k);
+    at::NoGradGuard no_grad;
+    std::size_t i = 0;
+    for (auto& p : whole->parameters()) held[i++].rows.copy_(baton::test::chunk_rows(p, rank, world));
+    auto mine = model->buffers();
+    auto theirs = whole->buffers();
+    for (std::size_t b = 0; b < mine.size(); ++b) mine[b].copy_(theirs[b]);
+  }
+  std::vector<HeldRows> rows_now() const { return held; }
+  std::vector<at::Tensor> copies() const {
+    std::vector<at::Tensor> out;
+    for (const auto& h : held) out.push_back(h.rows.clone());
+    return out;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("ema_sharded") {
+  TEST_CASE("held rows (sharding zero3): the EMA reads, swaps and writes each rank's rows of emptied parameters") {
+    for (int world : {1, 2, 3}) {
+      CAPTURE(world);
+      const auto body = [world](std::shared_ptr<Communicator> comm) {
+        HeldModel run(comm ? comm->rank() : 0, world);
+        EmaOptions o = options(0.5, comm);
+        o.held_rows = [&run] { return run.rows_now(); };
+        ExponentialMovingAverage ema(*run.model, o);  // starts from the rows at k = 0
+        CHECK(ema.sharded() == (world > 1));
+        for (double k : {1.0, 2.0, 3.0}) {
+          run.set(k);
+          ema.update(*run.model);
+        }
+        check_closed_form(ema.state_dict());
+        // Swapped in: the rows hold this rank's rows of the EMA (k = 2.125), the model's buffers the EMA's; the
+        // model's parameters stay empty. Swapped back: the raw rows bitwise.
+        const auto raw = run.copies();
+        HeldModel expected(comm ? comm->rank() : 0, world);
+        expected.set(2.125);
+        ema.swap(*run.model);
+        for (std::size_t i = 0; i < run.held.size(); ++i) {
+          CAPTURE(run.held[i].name);
+          CHECK(run.held[i].rows.allclose(expected.held[i].rows));
+        }
+        CHECK(run.model->buffers()[0].allclose(expected.model->buffers()[0]));
+        CHECK(run.model->parameters()[0].numel() == 0);
+        check_closed_form(ema.state_dict());  // still the EMA while swapped (gathered from the shard)
+        ema.swap(*run.model);
+        for (std::size_t i = 0; i < run.held.size(); ++i) CHECK(at::equal(run.held[i].rows, raw[i]));
+        // copy_to writes the rows.
+        ema.copy_to(*run.model);
+        for (std::size_t i = 0; i < run.held.size(); ++i) CHECK(run.held[i].rows.allclose(expected.held[i].rows));
+      };
+      if (world == 1)
+        body(nullptr);
+      else
+        baton::test::run_ranks(world, body);
+    }
+  }
+
+  TEST_CASE("held rows over several ranks need a sharded EMA") {
+    baton::test::run_ranks(2, [](std::shared_ptr<Communicator> comm) {
+      HeldModel run(comm->rank(), 2);
+      EmaOptions o = options(0.5);  // whole, not sharded
+      o.held_rows = [&run] { return run.rows_now(); };
+      CHECK_THROWS_WITH_AS(ExponentialMovingAverage(*run.model, o),
+                           doctest::Contains("over several ranks the EMA must be sharded as the run is"), Error);
+    });
+  }
+
   TEST_CASE("each rank keeps its rows of every tensor, updates them with no collective, gathers the closed form") {
     for (int world : {2, 3}) {
       CAPTURE(world);

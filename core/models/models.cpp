@@ -14,6 +14,7 @@
 
 #include "baton/text.h"
 #include "baton/components.h"
+#include "baton/unit.h"
 #include "baton/error.h"
 #include "components/builtins.h"
 
@@ -45,7 +46,7 @@ class MlpImpl : public torch::nn::Module {
     // are those of the model without it).
     std::size_t i = 0;
     for (auto& layer : *layers_) {
-      h = layer.forward(h);
+      h = run_unit(layer, h);
       if (i++ % 2 == 1 && dropout_ > 0) h = at::dropout(h, dropout_, is_training());
     }
     return h;
@@ -84,11 +85,15 @@ class ConvNetImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& x) {
     // classifier: Linear, ReLU, (dropout, functional: the names stay those of the model without it), Linear.
-    at::Tensor h = features_->forward(x);
+    // Each part through run_unit (baton/unit.h): the parts holding parameters are zero3's default units.
+    at::Tensor h = x;
+    for (auto& part : *features_) h = run_unit(part, h);
     h = global_pool_ ? h.mean({2, 3}) : h.flatten(1);
-    h = classifier_[1]->as<torch::nn::ReLU>()->forward(classifier_[0]->as<torch::nn::Linear>()->forward(h));
+    auto part = classifier_->begin();
+    h = run_unit(*part++, h);
+    h = run_unit(*part++, h);
     if (dropout_ > 0) h = at::dropout(h, dropout_, is_training());
-    return classifier_[2]->as<torch::nn::Linear>()->forward(h);
+    return run_unit(*part, h);
   }
 
  private:

@@ -1,8 +1,24 @@
 #include "baton/model.h"
 
+#include <torch/nn/modules/container/sequential.h>
+
 #include "baton/error.h"
+#include "baton/unit.h"
 
 namespace baton {
+namespace {
+
+// A Sequential's parts one after another, each through run_unit: under zero3 the parts holding parameters are the
+// default units, gathered one at a time.
+Model::Forward sequential_forward(std::shared_ptr<torch::nn::SequentialImpl> sequential) {
+  return [sequential](const at::Tensor& inputs) {
+    at::Tensor h = inputs;
+    for (auto& part : *sequential) h = run_unit(part, h);
+    return h;
+  };
+}
+
+}  // namespace
 
 Model::Model(std::shared_ptr<torch::nn::Module> module, BatchForward forward)
     : module_(std::move(module)), forward_(std::move(forward)) {
@@ -17,7 +33,12 @@ Model::Model(std::shared_ptr<torch::nn::Module> module, Forward forward)
 
 Model::Model(torch::nn::AnyModule module)
     : Model(module.is_empty() ? nullptr : module.ptr(),
-            Forward([module](const at::Tensor& inputs) mutable -> at::Tensor { return module.forward(inputs); })) {}
+            !module.is_empty() && std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.ptr())
+                ? sequential_forward(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.ptr()))
+                : Forward([module](const at::Tensor& inputs) mutable -> at::Tensor { return module.forward(inputs); })) {}
+
+Model::Model(std::shared_ptr<torch::nn::SequentialImpl> sequential)
+    : Model(sequential, sequential ? sequential_forward(sequential) : Forward()) {}
 
 Model& Model::with_eval_forward(BatchForward forward) {
   eval_forward_ = std::move(forward);

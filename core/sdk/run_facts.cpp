@@ -1,5 +1,7 @@
 #include "baton/run_facts.h"
 
+#include <utility>
+
 #include "baton/error.h"
 
 namespace baton {
@@ -17,6 +19,8 @@ struct RunFacts::Data {
   std::vector<std::string> plugins;
   TrainingPasses* passes = nullptr;
   bool sharded = false;
+  std::string sharding = "none";
+  std::function<std::vector<HeldRows>()> held_rows;
   std::function<Outputs(const Batch&)> probe;
   Batch example;
   std::vector<std::string> metric_names;
@@ -46,6 +50,10 @@ const std::string& RunFacts::requested_weights() const { return data_->requested
 const std::vector<std::string>& RunFacts::plugins() const { return data_->plugins; }
 TrainingPasses* RunFacts::passes() const { return data_->passes; }
 bool RunFacts::sharded() const { return data_->sharded; }
+const std::string& RunFacts::sharding() const { return data_->sharding; }
+std::vector<HeldRows> RunFacts::held_rows() const {
+  return data_->held_rows ? data_->held_rows() : std::vector<HeldRows>();
+}
 
 bool RunFacts::can_probe() const { return static_cast<bool>(data_->probe); }
 Outputs RunFacts::probe_forward(const Batch& batch) const {
@@ -97,6 +105,10 @@ void RunFacts::set_requested_weights(std::string weights) { data_->requested_wei
 void RunFacts::add_plugin(std::string id) { data_->plugins.push_back(std::move(id)); }
 void RunFacts::set_passes(TrainingPasses* passes) { data_->passes = passes; }
 void RunFacts::set_sharded(bool sharded) { data_->sharded = sharded; }
+void RunFacts::set_sharding(std::string sharding) { data_->sharding = std::move(sharding); }
+void RunFacts::set_held_rows(std::function<std::vector<HeldRows>()> held_rows) {
+  data_->held_rows = std::move(held_rows);
+}
 void RunFacts::set_probe(std::function<Outputs(const Batch&)> forward, Batch example) {
   data_->probe = std::move(forward);
   data_->example = std::move(example);

@@ -3,6 +3,8 @@
 #include <map>
 #include <mutex>
 
+#include <torch/nn/modules/container/any.h>
+
 #include "baton/error.h"
 #include "sdk/unit_runner.h"
 
@@ -30,6 +32,11 @@ at::Tensor run_unit(const torch::nn::Module& module, const UnitForward& forward,
     if (found != r.runners.end()) runner = found->second;
   }
   return runner ? runner->run(module, forward, input) : forward(input);
+}
+
+at::Tensor run_unit(torch::nn::AnyModule& part, const at::Tensor& input) {
+  // The part by value in the forward: a zero3 backward calls it again, after this call returned.
+  return run_unit(*part.ptr(), [part](const at::Tensor& x) mutable { return part.forward(x); }, input);
 }
 
 namespace detail {

@@ -158,7 +158,9 @@ void ShardedStep::gather_unit(std::size_t u, bool values) {
   c10::NoGradGuard no_grad;
   for (std::size_t i : unit.slots) {
     const Slot& slot = layout_.slots()[i];
-    parameters_[i].set_data(at::empty(slot.shape, parameters_[i].options().requires_grad(false)));
+    // In the memory format it had when released (channels_last stays so).
+    parameters_[i].set_data(at::empty(slot.shape, parameters_[i].options().requires_grad(false)
+                                                      .memory_format(memory_formats_[i])));
   }
   unit.whole = true;  // from here on its tensors have their shapes: a failed gather still releases them
   if (!values) return;
@@ -176,6 +178,7 @@ void ShardedStep::release_unit(std::size_t u) {
   if (!released_ || !unit.whole) return;  // held whole outside training (before release_units, after gather_units)
   c10::NoGradGuard no_grad;
   for (std::size_t i : unit.slots) {
+    memory_formats_[i] = parameters_[i].suggest_memory_format();
     parameters_[i].mutable_grad() = at::Tensor();
     parameters_[i].set_data(at::empty({0}, parameters_[i].options().requires_grad(false)));
   }

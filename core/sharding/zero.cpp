@@ -92,6 +92,7 @@ ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communica
         throw Error("sharded step: unit '" + unit_specs_[u].name + "' is given twice");
   }
   unit_of_slot_ = units_of(layout_, unit_specs_);
+  memory_formats_.assign(unit_of_slot_.size(), at::MemoryFormat::Contiguous);
   unit_state_.resize(unit_specs_.size());
   for (std::size_t i = 0; i < unit_of_slot_.size(); ++i)
     if (unit_of_slot_[i] >= 0) unit_state_[static_cast<std::size_t>(unit_of_slot_[i])].slots.push_back(i);

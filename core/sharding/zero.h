@@ -184,6 +184,7 @@ class ShardedStep : public detail::UnitRunner {
   std::vector<int> unit_of_slot_;
   std::vector<int> unit_of_bucket_;  // -1: the root's
   std::vector<UnitState> unit_state_;
+  std::vector<at::MemoryFormat> memory_formats_;  // each slot's, recorded when its unit is released
   bool released_ = false;
   RecomputeContext recompute_context_;
 

@@ -292,7 +292,7 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
   if (!saved_sharding.empty() && (!sharded_ || written_by != options_.world_size))
     throw CheckpointError("checkpoint " + path + " was written by a run sharded (" + saved_sharding + ") over " +
                           std::to_string(written_by) + " rank(s), whose optimizer state is split into one file per " +
-                          "rank; it resumes only sharded (zero1 or zero2) over " + std::to_string(written_by) +
+                          "rank; it resumes only sharded (zero1, zero2 or zero3) over " + std::to_string(written_by) +
                           " rank(s) until resharding is built (this run: sharding \"" +
                           sharding_name(options_.sharding) + "\" over " + std::to_string(options_.world_size) +
                           "). Its weights load anywhere (baton eval, init from it)");

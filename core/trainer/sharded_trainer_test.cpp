@@ -1,4 +1,4 @@
-// The Trainer under sharding zero1 / zero2 in one process (the sharded step without collectives): the optimizer
+// The Trainer under sharding zero1 / zero2 / zero3 in one process (the sharded step without collectives): the optimizer
 // built by TrainerOptions::optimizer_factory over the rank's shard trains as the unsharded run does, its checkpoints
 // (shard files) resume bitwise and load for evaluation, and what a sharded run cannot do yet is refused with its
 // reason. Two ranks are tested end to end in tests/distributed_test.cpp.
@@ -106,14 +106,14 @@ struct GradientReader : baton::Callback {
 }  // namespace
 
 TEST_SUITE("trainer") {
-  TEST_CASE("issue 38: zero1 and zero2 in one process train as sharding none, with SGD momentum and Adam") {
+  TEST_CASE("issue 38: zero1, zero2 and zero3 in one process train as sharding none, with SGD momentum and Adam") {
     const baton::test::Weights initial = baton::test::copy_state(*convnet().ptr());
     for (const auto& entry : std::vector<std::pair<std::string, baton::OptimizerBuilder>>{{"sgd", sgd}, {"adam", adam}}) {
       const std::string name = entry.first;
       const baton::OptimizerBuilder factory = entry.second;
       const baton::test::Weights reference = trained(Sharding::none, factory);
       CHECK_FALSE(baton::test::bitwise_equal(reference, initial));  // it trained
-      for (Sharding mode : {Sharding::zero1, Sharding::zero2}) {
+      for (Sharding mode : {Sharding::zero1, Sharding::zero2, Sharding::zero3}) {
         CAPTURE(name);
         const std::string mode_name = baton::sharding_name(mode);
         CAPTURE(mode_name);
@@ -122,8 +122,11 @@ TEST_SUITE("trainer") {
         CHECK(relative <= 1e-6);
       }
     }
-    // Microbatches accumulate in the model's .grad and are reduced once, after the last one (zero2 then releases it).
-    CHECK(max_relative_difference(trained(Sharding::zero2, sgd, 8), trained(Sharding::none, sgd, 8)) <= 1e-6);
+    // Microbatches accumulate in the model's .grad and are reduced once, after the last one (zero2 then releases it);
+    // zero3 reduces each unit's gradients in each microbatch's backward, adding them into the shard's.
+    const baton::test::Weights micro = trained(Sharding::none, sgd, 8);
+    CHECK(max_relative_difference(trained(Sharding::zero2, sgd, 8), micro) <= 1e-6);
+    CHECK(max_relative_difference(trained(Sharding::zero3, sgd, 8), micro) <= 1e-6);
   }
 
   TEST_CASE("issue 38: what a sharded run refuses, with the reason") {
@@ -146,10 +149,19 @@ TEST_SUITE("trainer") {
     both.optimizer_factory = sgd;
     CHECK(refused(both, sgd(model.ptr()->parameters()), model) ==
           "the trainer got an optimizer and TrainerOptions::optimizer_factory: pass one of them");
+    // zero3's units name sub-modules; zero1 and zero2 take none.
     baton::TrainerOptions zero3 = options_for(Sharding::zero3);
     zero3.optimizer_factory = sgd;
-    CHECK(refused(zero3, nullptr, model).find("(zero3, parameters sharded at rest and gathered per unit, is not built "
-                                              "yet), got zero3") != std::string::npos);
+    zero3.units = {"features.0", "classifer.0"};
+    CHECK(refused(zero3, nullptr, model) ==
+          "trainer: sharding \"zero3\": unit 'classifer.0' is no sub-module of the model (modules with parameters: "
+          "features.0, features.1, features.4, features.5, classifier.0, classifier.2)");
+    zero3.units = {"features.2"};  // a ReLU: nothing to shard
+    CHECK(baton::test::contains(refused(zero3, nullptr, model), "unit 'features.2' holds no parameter that trains"));
+    baton::TrainerOptions zero2_units = options_for(Sharding::zero2);
+    zero2_units.optimizer_factory = sgd;
+    zero2_units.units = {"features.0"};
+    CHECK(baton::test::contains(refused(zero2_units, nullptr, model), "units are gathered one at a time under zero3"));
     // A plugin that needs the whole gradients is refused as it is added (baton check adds plugins too).
     baton::TrainerOptions plugin_run = options_for(Sharding::zero2);
     plugin_run.optimizer_factory = sgd;
@@ -205,7 +217,16 @@ TEST_SUITE("trainer") {
     baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), unsharded);
     const std::string refused = baton::test::error_text([&] { trainer.fit(); });
     CHECK(baton::test::contains(refused, "checkpoint " + ep2 + " was written by a run sharded (zero2) over 1 rank(s)"));
-    CHECK(baton::test::contains(refused, "it resumes only sharded (zero1 or zero2) over 1 rank(s)"));
+    CHECK(baton::test::contains(refused, "it resumes only sharded (zero1, zero2 or zero3) over 1 rank(s)"));
+
+    // zero3: the same shard files; a resumed run ends bitwise where the straight one does, and the model is whole
+    // after fit (its parameters gathered back), so the weights compared are the model's own.
+    const baton::test::Weights straight3 = run_saving(dir, "straight3", Sharding::zero3, 4, false);
+    CHECK(max_relative_difference(straight3, straight) <= 1e-6);
+    run_saving(dir, "resumed3", Sharding::zero3, 2, false);
+    CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed3", Sharding::zero3, 4, true), straight3));
+    // A zero2 checkpoint resumes under zero3 (the same layout over the same ranks).
+    CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed", Sharding::zero3, 4, true), straight));
   }
 
   TEST_CASE("issue 38: a sharded run resumes an unsharded run's checkpoint, taking its rows of the optimizer state") {

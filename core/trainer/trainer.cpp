@@ -52,6 +52,9 @@ FitResult Trainer::Impl::fit() {
     if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
     fitting = true;
     fire(Event::fit_start);
+    // zero3: from here each unit is whole only while it runs. After fit_start, where plugins see the whole model (an
+    // EMA starts from it, channels_last converts it: the units keep that memory format when gathered).
+    if (sharded) sharded->release_units();
     module->train();
     while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch();
     stop_now();
@@ -65,6 +68,8 @@ FitResult Trainer::Impl::fit() {
       checkpoints.save_final(options.save_interval.unit());
       note_checkpoint();
     }
+    // zero3: the whole model again (every rank gathers), for the checks and the export below and for the caller.
+    if (sharded) sharded->gather_units();
     // A diverged run is a failed run: its weights are not exported, and the user learns where to go back to.
     if (!options.allow_nonfinite)
       if (const std::string tensor = nonfinite_tensor(); !tensor.empty())
@@ -250,6 +255,24 @@ at::Tensor Trainer::Impl::step_once() {
 // batch's mean loss. After the last one State holds the whole batch again, the outputs of all microbatches and the
 // weighted sum of their losses.
 void Trainer::Impl::forward_backward() {
+  try {
+    forward_backward_batches();
+  } catch (const std::exception& e) {
+    // zero3: a unit the model's forward never ran through run_unit stays released, so the forward fails on its
+    // empty parameters; say which units and why rather than leave a shape error.
+    std::string never;
+    if (sharded && sharded->released())
+      for (std::size_t u = 0; u < sharded->units().size(); ++u)
+        if (sharded->unit_runs(u) == 0) never += (never.empty() ? "" : ", ") + sharded->units()[u].name;
+    if (never.empty()) throw;
+    throw Error(std::string(e.what()) + "\nsharding \"zero3\": the units " + never + " had not run yet when " +
+                "this failed. A unit the model's forward does not run through baton::run_unit (baton/unit.h) keeps " +
+                "its parameters released (empty) outside it: run each unit through run_unit, or name the modules " +
+                "the forward does run so in [distributed] units (TrainerOptions::units)");
+  }
+}
+
+void Trainer::Impl::forward_backward_batches() {
   const std::int64_t n = state.batch.size();
   const std::int64_t step = options.microbatch_size;
   if (step <= 0 || step >= n) {

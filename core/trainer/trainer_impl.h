@@ -60,6 +60,7 @@ struct Trainer::Impl {
   std::string step_where() const;
   at::Tensor step_once();
   void forward_backward();
+  void forward_backward_batches();
   at::Tensor own_training_step();
   bool reduce_gradients();
   void zero_gradients();

@@ -45,10 +45,38 @@ std::string sharding_text(const TrainerOptions& options) {
   return std::string("trainer: sharding \"") + sharding_name(options.sharding) + "\"";
 }
 
-// Sharding zero1 / zero2: the step over this rank's shards of the model's parameters (on the run's device, where
-// the shards are made), else null. What it cannot run with is refused here, before anything is built over it.
+// zero3's units by name: TrainerOptions::units, else every module holding trainable parameters of its own (what the
+// built-in models and Sequential models run through run_unit). An unknown name is an error listing the candidates.
+std::vector<sharding::UnitSpec> zero3_units(const TrainerOptions& options, torch::nn::Module& module) {
+  std::vector<sharding::UnitSpec> all;  // every module with trainable parameters of its own, in order
+  std::map<std::string, const torch::nn::Module*> by_name;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    by_name[item.key()] = item.value().get();
+    bool own = false;
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) own = own || p.value().requires_grad();
+    if (own) all.push_back({item.key(), item.value().get()});
+  }
+  if (options.units.empty()) return all;
+  std::vector<sharding::UnitSpec> chosen;
+  for (const std::string& name : options.units) {
+    auto found = by_name.find(name);
+    if (found == by_name.end()) {
+      std::string known;
+      for (std::size_t i = 0; i < all.size() && i < 12; ++i) known += (i ? ", " : "") + all[i].name;
+      if (all.size() > 12) known += ", ...";
+      throw Error(sharding_text(options) + ": unit '" + name + "' is no sub-module of the model (modules with " +
+                  "parameters: " + (known.empty() ? std::string("none") : known) + ")");
+    }
+    chosen.push_back({name, found->second});
+  }
+  return chosen;
+}
+
+// Sharding zero1 / zero2 / zero3: the step over this rank's shards of the model's parameters (on the run's device,
+// where the shards are made), else null. What it cannot run with is refused here, before anything is built over it.
 std::unique_ptr<sharding::ShardedStep> sharded_step(const TrainerOptions& options, const Model& model,
-                                                    torch::nn::Module& module, const at::Device& device) {
+                                                    torch::nn::Module& module, const at::Device& device,
+                                                    const Precision& precision) {
   if (options.sharding == Sharding::none) return nullptr;
   const std::string mode = sharding_text(options);
   if (model.training_step())
@@ -58,11 +86,26 @@ std::unique_ptr<sharding::ShardedStep> sharded_step(const TrainerOptions& option
     throw Error(mode + ": the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
                 "), built over the model's parameters; a sharded run builds one optimizer over each rank's shard " +
                 "(TrainerOptions::optimizer_factory; use sharding = \"none\" for the model's own)");
+  if (!options.units.empty() && options.sharding != Sharding::zero3)
+    throw Error(mode + ": TrainerOptions::units are gathered one at a time under zero3 only; leave them out");
   module.to(device);
-  const sharding::ZeroStage stage =
-      options.sharding == Sharding::zero1 ? sharding::ZeroStage::zero1 : sharding::ZeroStage::zero2;
-  return std::make_unique<sharding::ShardedStep>(named_model_tensors(module, /*buffers=*/false),
-                                                 options.communicator.get(), stage);
+  const sharding::ZeroStage stage = options.sharding == Sharding::zero1   ? sharding::ZeroStage::zero1
+                                    : options.sharding == Sharding::zero2 ? sharding::ZeroStage::zero2
+                                                                          : sharding::ZeroStage::zero3;
+  std::vector<sharding::UnitSpec> units;
+  if (stage == sharding::ZeroStage::zero3) units = zero3_units(options, module);
+  auto step = std::make_unique<sharding::ShardedStep>(named_model_tensors(module, /*buffers=*/false),
+                                                      options.communicator.get(), stage, std::int64_t{25} << 20,
+                                                      std::move(units));
+  // A unit's recompute in the backward runs under the autocast its training forward ran under. `precision` is
+  // the Impl's member, set after this step is built (it is read when units run, by then).
+  const c10::DeviceType type = device.type();
+  const Precision* run_precision = &precision;
+  step->set_recompute_context([run_precision, type] {
+    const Precision now = *run_precision;
+    return [now, type]() -> std::shared_ptr<void> { return std::make_shared<AutocastScope>(now, type); };
+  });
+  return step;
 }
 
 // The run's optimizers: the model's own, the one given (named "optimizer"), or the one TrainerOptions'
@@ -153,7 +196,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       device(options.device),
       model(std::move(model_in)),
       module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
-      sharded(sharded_step(options, model, *module, device)),
+      sharded(sharded_step(options, model, *module, device, precision)),
       optimizers(run_optimizers(model, std::move(optimizer_in), options, sharded.get())),
       optimizer(optimizers.front().optimizer),
       train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
@@ -188,6 +231,16 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
   facts.set_requested_weights(options.eval_weights);
   facts.set_ranks(options.rank, options.world_size, options.communicator);
   facts.set_sharded(sharded != nullptr);
+  facts.set_sharding(sharding_name(options.sharding));
+  // zero3: the parameters of released units exist as this rank's rows in the shards only.
+  facts.set_held_rows([step = sharded.get()] {
+    std::vector<HeldRows> out;
+    if (step == nullptr || !step->released()) return out;
+    const auto& slots = step->layout().slots();
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      if (step->unit_of_slot()[i] >= 0) out.push_back({slots[i].name, slots[i].shape, step->shard_of(slots[i].name)});
+    return out;
+  });
   facts.set_seed(options.seed);
   facts.set_run_dir(options.run_dir);
   facts.set_model(module.get());

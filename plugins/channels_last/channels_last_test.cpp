@@ -18,6 +18,9 @@
 #include "algorithm_test_support.h"
 #include "baton/safetensors.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace channels_last_test {
+
 namespace {
 
 using algorithm_test::load;
@@ -160,3 +163,5 @@ TEST_CASE("a checkpoint written with channels_last loads without it, and one wri
   CHECK(probe->bad == 0);
   CHECK(nhwc_eval[0].loss == doctest::Approx(plain_written.evals.back().metrics.at("eval/loss")).epsilon(1e-4));
 }
+
+}  // namespace channels_last_test

@@ -2,7 +2,7 @@
 // Shared by the built-in algorithms' tests: loading the built plugin through the loader (as `baton train` does),
 // a logger that keeps what was logged, tensors read out as plain numbers (so expected values are computed by
 // loops, not by the ATen calls the plugins use), and the stop-and-resume comparison of the stochastic ones.
-// Include after "baton_test.h"; BATON_PLUGIN_FILE names the plugin under test.
+// Include after "baton_test.h".
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -18,6 +18,7 @@
 
 #include "baton/trainer.h"
 #include "baton/plugin_loader.h"
+#include "plugin_files.h"
 #include "small_trainer.h"
 
 namespace algorithm_test {
@@ -36,8 +37,9 @@ using baton::test::rows_of;
 using baton::test::values_of;
 using baton::test::Weights;
 
+/// The built-in plugin `name` (its library in the build), configured by `toml` as [plugins.<name>].
 inline baton::LoadedPlugin load(const std::string& toml, const std::string& name) {
-  return baton::PluginLoader().load(BATON_PLUGIN_FILE, baton::PluginConfig::from_toml(toml, name, "run.toml"));
+  return baton::PluginLoader().load(baton::test::plugin_file(name), baton::PluginConfig::from_toml(toml, name, "run.toml"));
 }
 
 /// The ConfigError's text when loading with `toml` ("" when none was thrown).

@@ -18,6 +18,10 @@
 #include "baton_command.h"
 #include "logger_test_support.h"
 #include "small_trainer.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace csv_test {
 
 namespace fs = std::filesystem;
 using baton::test::read_bytes;
@@ -27,7 +31,7 @@ using baton::test::scratch_dir;
 namespace {
 
 std::shared_ptr<baton::LoggerDestination> make_csv(const std::string& toml = "") {
-  return logger_test::make_logger(BATON_PLUGIN_FILE, "csv", toml);
+  return logger_test::make_logger(baton::test::plugin_file("csv"), "csv", toml);
 }
 
 baton::Timestamp stamp(std::int64_t epoch, std::int64_t batch, std::int64_t sample) {
@@ -39,7 +43,7 @@ baton::Timestamp stamp(std::int64_t epoch, std::int64_t batch, std::int64_t samp
 }
 
 std::string config_error(const std::string& toml) {
-  return logger_test::config_error(BATON_PLUGIN_FILE, "csv", toml);
+  return logger_test::config_error(baton::test::plugin_file("csv"), "csv", toml);
 }
 
 // A CSV line's fields; the values here are numbers and plain names, so no quoting occurs.
@@ -296,3 +300,5 @@ TEST_CASE("csv from C++: TrainerOptions::loggers, opened at fit(), never without
   baton::test::make_trainer(nowhere, "mlp")->fit();
   CHECK(recorded->empty());
 }
+
+}  // namespace csv_test

@@ -12,6 +12,9 @@
 
 #include "algorithm_test_support.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace cutmix_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -200,3 +203,5 @@ TEST_SUITE("cutmix_plugin") {
     CHECK(contains(config_error("length = 0.5", "cutmix"), "unknown key 'length'"));
   }
 }
+
+}  // namespace cutmix_test

@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "monitor_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace early_stopper_test {
 
 using namespace monitor_test;
 
@@ -25,7 +29,7 @@ struct Driver {
   RecordingLogger logger{&state};
 
   explicit Driver(const std::string& toml, std::vector<std::string> labels = {"eval"})
-      : plugin(load_plugin(BATON_PLUGIN_FILE, "early_stopper", toml)) {
+      : plugin(load_plugin(baton::test::plugin_file("early_stopper"), "early_stopper", toml)) {
     std::vector<std::string> names;
     for (const auto& [name, higher] : kDirections) names.push_back(name);
     state.facts.set_metrics(names, kDirections);
@@ -147,7 +151,7 @@ TEST_SUITE("early_stopper") {
   TEST_CASE("a monitor is declared with its key and mode; one the run gives no direction fails when checked") {
     baton::State state;
     RecordingLogger logger{&state};
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "patience = 2\nmonitor = \"eval/mae\"");
+    auto plugin = load_plugin(baton::test::plugin_file("early_stopper"), "early_stopper", "patience = 2\nmonitor = \"eval/mae\"");
     baton::Declarations declared;
     plugin.callback->declare(declared);
     REQUIRE(declared.watched().size() == 1);  // checked against the names logged and, without mode, a direction
@@ -156,7 +160,7 @@ TEST_SUITE("early_stopper") {
     CHECK(declared.watched()[0].where.line == 2);
     CHECK_FALSE(declared.watched()[0].maximize.has_value());
 
-    auto told = load_plugin(BATON_PLUGIN_FILE, "early_stopper", "monitor = \"eval/mae\"\nmode = \"min\"");
+    auto told = load_plugin(baton::test::plugin_file("early_stopper"), "early_stopper", "monitor = \"eval/mae\"\nmode = \"min\"");
     baton::Declarations with_mode;
     told.callback->declare(with_mode);
     REQUIRE(with_mode.watched().size() == 1);
@@ -282,7 +286,7 @@ TEST_SUITE("early_stopper") {
   }
 
   TEST_CASE("bad keys are ConfigErrors naming file, line and key") {
-    const std::string file = BATON_PLUGIN_FILE;
+    const std::string file = baton::test::plugin_file("early_stopper");
     CHECK(contains(config_error(file, "early_stopper", "patience = 2"),
                    "plugins.early_stopper.monitor: missing: expected a metric name"));
     CHECK(contains(config_error(file, "early_stopper", "monitor = \"eval/accuracy\"\nmode = \"up\""),
@@ -300,3 +304,5 @@ TEST_SUITE("early_stopper") {
                                               "mode = \"max\"") == "");
   }
 }
+
+}  // namespace early_stopper_test

@@ -161,9 +161,14 @@ class EmaAlgorithm final : public Algorithm {
     // raw weights here, for that plugin to swap its own in.
     eval_weights_ = state.facts.requested_weights();
     // Data-parallel ranks hold identical weights, so each keeps only its rows of the average.
-    if (settings_.sharded.value_or(true) && state.facts.communicator() && state.facts.world_size() > 1) {
+    const bool shard = settings_.sharded.value_or(true) && state.facts.communicator() && state.facts.world_size() > 1;
+    const bool zero3 = state.facts.sharding() == "zero3";
+    if (zero3) check_zero3(state);
+    if (shard || zero3) {
       EmaOptions options = settings_.ema;
-      options.shard_over = state.facts.communicator();
+      if (shard) options.shard_over = state.facts.communicator();
+      // zero3 releases the parameters between steps: the EMA follows this rank's rows of them in the run's shards.
+      if (zero3) options.held_rows = held_rows_of(state.facts, settings_.module);
       ema_ = ExponentialMovingAverage(options);
     }
     // Only rank 0 writes snapshots and checkpoints: the other ranks need no post-hoc profiles.
@@ -173,6 +178,32 @@ class EmaAlgorithm final : public Algorithm {
     started_ = false;
     updates_ = 0;
     if (posthoc_) posthoc_->reset(*model_);
+  }
+
+  // What this plugin cannot do yet when the run is sharded zero3, refused before the run starts.
+  void check_zero3(const State& state) const {
+    if (posthoc_)
+      throw Error("ema: posthoc under sharding \"zero3\" is not supported yet: its profiles read the whole weights, "
+                  "which zero3 keeps only as each rank's shards between steps (use sharding = \"zero2\", or leave "
+                  "posthoc out)");
+    if (state.facts.world_size() > 1 && settings_.sharded.has_value() && !*settings_.sharded)
+      throw Error("ema: sharded = false under sharding \"zero3\": each rank holds only its rows of the weights, so "
+                  "the average is sharded as they are (leave sharded out)");
+  }
+
+  // The run's held rows (RunFacts::held_rows), named as in `module` when the EMA follows a sub-module.
+  static std::function<std::vector<HeldRows>()> held_rows_of(const RunFacts& facts, const std::string& module) {
+    const RunFacts* run = &facts;  // the run's facts outlive its plugins' calls
+    const std::string prefix = module.empty() ? "" : module + ".";
+    return [run, prefix] {
+      std::vector<HeldRows> out;
+      for (auto& held : run->held_rows())
+        if (held.name.compare(0, prefix.size(), prefix) == 0) {
+          held.name = held.name.substr(prefix.size());
+          out.push_back(std::move(held));
+        }
+      return out;
+    };
   }
 
   void on_after_load(State& state, Logger& logger) {
@@ -348,7 +379,7 @@ class EmaAlgorithm final : public Algorithm {
 
   void on_checkpoint(State& state, Logger& logger) {
     if (state.checkpoint == nullptr) return;
-    NamedTensors weights = inference_weights();  // every rank: a sharded EMA gathers
+    NamedTensors weights = inference_weights(state);  // every rank: a sharded EMA gathers
     if (started_) checkpoint_shadow_ = weights;   // the same tensors serve state_dict right after
     state.checkpoint->add_tensors_file(kExportFile, export_file(weights));
     select(state, logger);
@@ -389,14 +420,23 @@ class EmaAlgorithm final : public Algorithm {
     restore_raw();
     if (state.facts.run_dir().empty() || !ema_.initialized()) return;
     if (state.facts.rank() != 0 && !(started_ && ema_.sharded())) return;
-    NamedTensors weights = inference_weights();  // a collective when sharded: every rank takes part
+    NamedTensors weights = inference_weights(state);  // a collective when sharded: every rank takes part
     if (state.facts.rank() != 0) return;
     fs::create_directories(state.facts.run_dir());
     write_state_dict_atomic((fs::path(state.facts.run_dir()) / kExportFile).string(), export_file(weights));
   }
 
   // What inference should use: the average once it has started, the raw weights before.
-  NamedTensors inference_weights() const { return started_ ? ema_.state_dict() : model_state_copy(*model_); }
+  NamedTensors inference_weights(const State& state) {
+    if (started_) return ema_.state_dict();
+    // zero3 before the average starts: the raw weights exist as each rank's rows only. The average, unused until
+    // it starts (and reset then), takes them and gathers them: a collective, as every rank checkpoints.
+    if (!state.facts.held_rows().empty()) {
+      ema_.reset(*model_);
+      return ema_.state_dict();
+    }
+    return model_state_copy(*model_);
+  }
 
   bool selecting(const State& state) const {
     return settings_.select.enabled && !state.facts.run_dir().empty() && state.facts.rank() == 0;

@@ -11,6 +11,9 @@
 
 #include "algorithm_test_support.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace gradient_clipping_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -150,3 +153,5 @@ TEST_SUITE("gradient_clipping_plugin") {
                    "unknown key 'max_norm'"));
   }
 }
+
+}  // namespace gradient_clipping_test

@@ -9,6 +9,9 @@
 
 #include "algorithm_test_support.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace label_smoothing_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -113,3 +116,5 @@ TEST_SUITE("label_smoothing_plugin") {
     CHECK(contains(config_error("smooth = 0.1", "label_smoothing"), "unknown key 'smooth'"));
   }
 }
+
+}  // namespace label_smoothing_test

@@ -13,6 +13,10 @@
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
 #include "monitor_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace lr_monitor_test {
 
 using namespace monitor_test;
 
@@ -45,7 +49,7 @@ TEST_SUITE("lr_monitor") {
     auto optimizer = std::make_shared<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.1));
     baton::Trainer trainer(model, optimizer, baton::make_synthetic_dataset(96, 7), baton::make_synthetic_dataset(50, 8),
                            options);
-    trainer.add_plugin("lr_monitor", load_plugin(BATON_PLUGIN_FILE, "lr_monitor", "").plugin);
+    trainer.add_plugin("lr_monitor", load_plugin(baton::test::plugin_file("lr_monitor"), "lr_monitor", "").plugin);
     trainer.fit();
 
     // Batch b (1-based) trains at factor 1 - (b - 1) / 6: 1, 5/6, 4/6, 3/6, 2/6, 1/6.
@@ -70,6 +74,8 @@ TEST_SUITE("lr_monitor") {
   }
 
   TEST_CASE("it has no keys") {
-    CHECK(contains(config_error(BATON_PLUGIN_FILE, "lr_monitor", "every = 2"), "every"));
+    CHECK(contains(config_error(baton::test::plugin_file("lr_monitor"), "lr_monitor", "every = 2"), "every"));
   }
 }
+
+}  // namespace lr_monitor_test

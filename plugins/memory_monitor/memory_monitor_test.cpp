@@ -12,6 +12,10 @@
 #include <string>
 
 #include "monitor_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace memory_monitor_test {
 
 using namespace monitor_test;
 
@@ -41,7 +45,7 @@ TEST_SUITE("memory_monitor") {
   TEST_CASE("peak and current resident memory at batch_end, as getrusage and /proc/self/status say") {
     baton::State state;
     RecordingLogger logger(&state);
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "memory_monitor", "");
+    auto plugin = load_plugin(baton::test::plugin_file("memory_monitor"), "memory_monitor", "");
     REQUIRE(plugin.callback != nullptr);
     baton::Declarations run;
     plugin.callback->declare(run);
@@ -79,7 +83,7 @@ TEST_SUITE("memory_monitor") {
     state.facts.set_device("cuda");
 #endif
     RecordingLogger logger(&state);
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "memory_monitor", "interval = 3");
+    auto plugin = load_plugin(baton::test::plugin_file("memory_monitor"), "memory_monitor", "interval = 3");
     baton::Declarations run("cuda");
     plugin.callback->declare(run);
     plugin.callback->run_event(baton::Event::init, state, logger);
@@ -95,6 +99,8 @@ TEST_SUITE("memory_monitor") {
     }
     CHECK(std::count_if(logger.metrics.begin(), logger.metrics.end(),
                         [](const auto& m) { return m.first == "memory/peak_rss_mib"; }) == 2);
-    CHECK(config_error(BATON_PLUGIN_FILE, "memory_monitor", "interval = 0").find("interval") != std::string::npos);
+    CHECK(config_error(baton::test::plugin_file("memory_monitor"), "memory_monitor", "interval = 0").find("interval") != std::string::npos);
   }
 }
+
+}  // namespace memory_monitor_test

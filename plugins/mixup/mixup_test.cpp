@@ -12,6 +12,9 @@
 
 #include "algorithm_test_support.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace mixup_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -209,3 +212,5 @@ TEST_SUITE("mixup_plugin") {
     CHECK(config_error("alpha = 0.2\ninterpolate_loss = true", "mixup").empty());
   }
 }
+
+}  // namespace mixup_test

@@ -10,6 +10,10 @@
 #include <ATen/ops/tensor.h>
 
 #include "monitor_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace nan_monitor_test {
 
 using namespace monitor_test;
 
@@ -29,7 +33,7 @@ std::string error_for(baton::Callback& monitor, baton::State& state) {
 
 TEST_SUITE("nan_monitor") {
   TEST_CASE("a finite loss passes; nan and inf fail naming the batch, counted from 1 as the run goes") {
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "nan_monitor", "");
+    auto plugin = load_plugin(baton::test::plugin_file("nan_monitor"), "nan_monitor", "");
     REQUIRE(plugin.callback != nullptr);
     baton::State state;
     // after_loss of the run's 7th batch, the 3rd of its 2nd epoch: before batch_end the timestamp counts the
@@ -52,6 +56,8 @@ TEST_SUITE("nan_monitor") {
   }
 
   TEST_CASE("it has no keys") {
-    CHECK(contains(config_error(BATON_PLUGIN_FILE, "nan_monitor", "check_grads = true"), "check_grads"));
+    CHECK(contains(config_error(baton::test::plugin_file("nan_monitor"), "nan_monitor", "check_grads = true"), "check_grads"));
   }
 }
+
+}  // namespace nan_monitor_test

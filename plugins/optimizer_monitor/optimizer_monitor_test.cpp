@@ -17,6 +17,10 @@
 #include "baton/models.h"
 #include "baton/trainer.h"
 #include "monitor_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace optimizer_monitor_test {
 
 using namespace monitor_test;
 
@@ -58,7 +62,7 @@ struct Fixture {
 TEST_SUITE("optimizer_monitor") {
   TEST_CASE("gradient, weight and update norms of a hand-made step, per parameter and global") {
     Fixture f;
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "");
+    auto plugin = load_plugin(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "");
     REQUIRE(plugin.callback != nullptr);
     // Declared before the model is built: the global norms by name, the per-layer ones as families.
     baton::Declarations run;
@@ -88,7 +92,7 @@ TEST_SUITE("optimizer_monitor") {
 
   TEST_CASE("a step skipped by the optimizer (no step between the events) is an update of zero") {
     Fixture f;
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "per_layer = false");
+    auto plugin = load_plugin(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "per_layer = false");
     baton::Declarations run;
     plugin.callback->declare(run);
     CHECK(run.metrics().size() == 3);
@@ -106,14 +110,14 @@ TEST_SUITE("optimizer_monitor") {
 
   TEST_CASE("interval = 2 measures every second batch, in that batch's line") {
     Fixture f;
-    auto plugin = load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "interval = 2");
+    auto plugin = load_plugin(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "interval = 2");
     plugin.callback->run_event(baton::Event::init, f.state, f.logger);
     f.step(*plugin.callback);
     CHECK(f.logger.metrics.empty());
     f.step(*plugin.callback);
     CHECK(f.logger.metrics.size() == 9);
-    CHECK(config_error(BATON_PLUGIN_FILE, "optimizer_monitor", "interval = 0").find("interval") != std::string::npos);
-    CHECK(config_error(BATON_PLUGIN_FILE, "optimizer_monitor", "per_layer = 1").find("per_layer") != std::string::npos);
+    CHECK(config_error(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "interval = 0").find("interval") != std::string::npos);
+    CHECK(config_error(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "per_layer = 1").find("per_layer") != std::string::npos);
   }
 
   TEST_CASE("a real run logs every norm at every batch, the update matching the weights' change") {
@@ -135,7 +139,7 @@ TEST_SUITE("optimizer_monitor") {
     auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.1));
     baton::Trainer trainer(model, optimizer, baton::make_synthetic_dataset(96, 7),
                            baton::make_synthetic_dataset(50, 8), options);
-    trainer.add_plugin("optimizer_monitor", load_plugin(BATON_PLUGIN_FILE, "optimizer_monitor", "").plugin);
+    trainer.add_plugin("optimizer_monitor", load_plugin(baton::test::plugin_file("optimizer_monitor"), "optimizer_monitor", "").plugin);
     trainer.fit();
     std::ifstream in(dir / "metrics.jsonl");
     int lines = 0;
@@ -155,3 +159,5 @@ TEST_SUITE("optimizer_monitor") {
     CHECK(lines == 3);
   }
 }
+
+}  // namespace optimizer_monitor_test

@@ -16,6 +16,9 @@
 #include "algorithm_test_support.h"
 #include "baton/builtin_datasets.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace progressive_resizing_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -170,3 +173,5 @@ TEST_SUITE("progressive_resizing_plugin") {
     CHECK(contains(config_error("resize_targets = true", "progressive_resizing"), "unknown key 'resize_targets'"));
   }
 }
+
+}  // namespace progressive_resizing_test

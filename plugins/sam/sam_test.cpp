@@ -14,6 +14,9 @@
 #include "algorithm_test_support.h"
 #include "loopback_ranks.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace sam_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -199,3 +202,5 @@ TEST_SUITE("sam_plugin") {
     CHECK(contains(config_error("interval = 0", "sam"), "interval"));
   }
 }
+
+}  // namespace sam_test

@@ -5,6 +5,10 @@
 
 #include "monitor_test_support.h"
 #include "speed_monitor.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace speed_monitor_test {
 
 using namespace monitor_test;
 using baton::speed_monitor::SpeedMonitor;
@@ -123,7 +127,7 @@ TEST_SUITE("speed_monitor") {
   }
 
   TEST_CASE("the built plugin: bad window_size is a ConfigError at its line; it times batches on a real clock") {
-    const std::string file = BATON_PLUGIN_FILE;
+    const std::string file = baton::test::plugin_file("speed_monitor");
     CHECK(contains(config_error(file, "speed_monitor", "window_size = 0"),
                    "run.toml:1:15: plugins.speed_monitor.window_size: expected a number of batches >= 1, got 0"));
     CHECK(contains(config_error(file, "speed_monitor", "window_size = \"100ba\""),
@@ -141,3 +145,5 @@ TEST_SUITE("speed_monitor") {
     CHECK(logger.logged("throughput/samples_per_sec") == (logger.last("wall_clock/train") > 0));
   }
 }
+
+}  // namespace speed_monitor_test

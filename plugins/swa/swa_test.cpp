@@ -16,6 +16,9 @@
 #include "algorithm_test_support.h"
 #include "loopback_ranks.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace swa_test {
+
 using namespace algorithm_test;
 
 namespace {
@@ -325,3 +328,5 @@ TEST_SUITE("swa_plugin") {
     CHECK(contains(config_error("update_interval = \"0ba\"", "swa"), "update_interval"));
   }
 }
+
+}  // namespace swa_test

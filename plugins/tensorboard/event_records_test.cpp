@@ -8,6 +8,9 @@
 
 #include "event_records.h"
 
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace tensorboard_records_test {
+
 namespace pb = baton_tensorboard;
 
 namespace {
@@ -56,3 +59,5 @@ TEST_CASE("tensorboard event records: the scalar tags read back; an image is no 
   const std::string event = pb::scalars_event(1.0, 2, {{"x", 1}});
   CHECK_FALSE(pb::read_scalar_tags(event.substr(0, event.size() - 2)));  // cut inside the float
 }
+
+}  // namespace tensorboard_records_test

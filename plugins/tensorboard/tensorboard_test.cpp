@@ -15,6 +15,10 @@
 #include "../diffusion/diffusion_test_support.h"
 #include "baton_command.h"
 #include "logger_test_support.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace tensorboard_test {
 
 namespace fs = std::filesystem;
 using baton::test::read_bytes;
@@ -89,7 +93,7 @@ std::string mlp_config(const std::string& name, const std::string& duration) {
 }
 
 std::string config_error(const std::string& toml) {
-  return logger_test::config_error(BATON_PLUGIN_FILE, "tensorboard", toml);
+  return logger_test::config_error(baton::test::plugin_file("tensorboard"), "tensorboard", toml);
 }
 
 }  // namespace
@@ -187,3 +191,5 @@ TEST_CASE("tensorboard: in a data-parallel run only rank 0 writes") {
   const auto read = read_events(dir / "runs" / "ranks", {});
   CHECK_MESSAGE(read.status == 0, read.err << read.out);
 }
+
+}  // namespace tensorboard_test

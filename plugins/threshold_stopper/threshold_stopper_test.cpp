@@ -11,6 +11,10 @@
 #include "baton/components.h"
 #include "monitor_test_support.h"
 #include "small_trainer.h"
+#include "plugin_files.h"
+
+// In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
+namespace threshold_stopper_test {
 
 using namespace monitor_test;
 
@@ -22,7 +26,7 @@ struct Driver {
   baton::State state;
   RecordingLogger logger{&state};
 
-  explicit Driver(const std::string& toml) : plugin(load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", toml)) {
+  explicit Driver(const std::string& toml) : plugin(load_plugin(baton::test::plugin_file("threshold_stopper"), "threshold_stopper", toml)) {
     // The directions a trainer gives its metrics after init (RunFacts::higher_is_better): losses lower,
     // accuracy higher, rmse lower (its metric says so; its name does not).
     state.facts.set_metrics({"train/loss", "eval/loss", "eval/accuracy", "eval/rmse"},
@@ -122,7 +126,7 @@ TEST_SUITE("threshold_stopper") {
     auto options = baton::test::quiet_options();  // 2 epochs of 3 batches of 32, evaluated after each
     options.metrics = {{"spread", std::make_shared<Spread>()}};
     auto trainer = baton::test::make_trainer(options, "mlp");
-    auto stopper = load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"eval/spread\"\nthreshold = 0.5");
+    auto stopper = load_plugin(baton::test::plugin_file("threshold_stopper"), "threshold_stopper", "monitor = \"eval/spread\"\nthreshold = 0.5");
     trainer->add_plugin("threshold_stopper", stopper.plugin);
     const auto result = trainer->fit();
     // 0.25 < 0.5 at the first evaluation; maximised it would never have stopped.
@@ -131,7 +135,7 @@ TEST_SUITE("threshold_stopper") {
 
     // "lr" is logged, but no one says which way is better: without mode, refused before the run, at the key.
     auto lr = baton::test::make_trainer(options, "mlp");
-    auto lr_stopper = load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01");
+    auto lr_stopper = load_plugin(baton::test::plugin_file("threshold_stopper"), "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01");
     lr->add_plugin("threshold_stopper", lr_stopper.plugin);
     std::string refused;
     try {
@@ -146,7 +150,7 @@ TEST_SUITE("threshold_stopper") {
     // With mode the run needs no direction of its own.
     auto told = baton::test::make_trainer(options, "mlp");
     auto told_stopper =
-        load_plugin(BATON_PLUGIN_FILE, "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01\nmode = \"min\"");
+        load_plugin(baton::test::plugin_file("threshold_stopper"), "threshold_stopper", "monitor = \"lr\"\nthreshold = 0.01\nmode = \"min\"");
     told->add_plugin("threshold_stopper", told_stopper.plugin);
     CHECK_NOTHROW(told->check());
   }
@@ -209,7 +213,7 @@ TEST_SUITE("threshold_stopper") {
   }
 
   TEST_CASE("bad keys are ConfigErrors naming file, line and key") {
-    const std::string file = BATON_PLUGIN_FILE;
+    const std::string file = baton::test::plugin_file("threshold_stopper");
     CHECK(contains(config_error(file, "threshold_stopper", "monitor = \"eval/accuracy\""),
                    "plugins.threshold_stopper.threshold: missing"));
     CHECK(contains(config_error(file, "threshold_stopper", "threshold = 0.9"),
@@ -224,3 +228,5 @@ TEST_SUITE("threshold_stopper") {
                    "run.toml:2:13: plugins.threshold_stopper.threshold: expected a finite number"));
   }
 }
+
+}  // namespace threshold_stopper_test

@@ -16,6 +16,7 @@
 // to an fp32 EMA on the fly); on a GPU, one multi-tensor lerp per dtype (LibTorch 2.x; one op per tensor on 1.13),
 // queued without a host synchronisation.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "baton/export.h"
+#include "baton/model_tensors.h"
 
 namespace torch::nn {
 class Module;
@@ -48,6 +50,11 @@ struct EmaOptions {
   /// that need the whole EMA — swap, copy_to, state_dict — gather it (one allgather) and are collectives: every
   /// rank must make them. Null: the whole EMA on this process.
   std::shared_ptr<Communicator> shard_over;
+  /// The weights that exist only as this rank's rows at the time of a call (a run sharded zero3: RunFacts::
+  /// held_rows): the update reads those rows, swap() exchanges them with the EMA's rows in place (no gather) and
+  /// copy_to writes them, instead of the model's emptied tensors; reset takes their shapes. Over several ranks the
+  /// EMA must then be sharded (shard_over): a rank has no other rows to average. Null, or empty: none.
+  std::function<std::vector<HeldRows>()> held_rows;
 };
 
 class BATON_API ExponentialMovingAverage {

@@ -76,9 +76,10 @@ struct TrainerSettings {
   Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
   std::int64_t keep_last = 0;                     // >= 0; 0 keeps every checkpoint
   std::string checkpoint_dir;                     // "": <run folder>/checkpoints
-  /// [distributed] sharding (docs/distributed.md). zero1 and zero2 build the optimizer over the rank's shard (the
-  /// Trainer needs TrainerOptions::optimizer_factory for that) and save no checkpoints yet (save_interval 0, no
-  /// resume); zero3 is refused. A world of one runs the same sharded step without collectives.
+  /// [distributed] sharding (docs/distributed.md). zero1, zero2 and zero3 build the optimizer over the rank's shard
+  /// (the Trainer needs TrainerOptions::optimizer_factory for that); zero3 also keeps each unit's parameters
+  /// (TrainerOptions::units) whole only while the unit runs. A world of one runs the same sharded step without
+  /// collectives.
   Sharding sharding = Sharding::none;
 
   /// The batches the loader fetches ahead: `prefetch`, or two per worker (two with none) when it is 0.
@@ -95,8 +96,7 @@ struct SettingProblem {
 };
 
 /// Every problem of `settings`, in the order of the members above (empty when there is none): ranges, the time
-/// units each interval takes, the device's form, prefetch against workers, amp_fp16 on a CUDA device, periodic
-/// saves and zero3 under sharding.
+/// units each interval takes, the device's form, prefetch against workers, amp_fp16 on a CUDA device.
 BATON_API std::vector<SettingProblem> setting_problems(const TrainerSettings& settings);
 
 /// The most loader threads a setting may ask for: more than the cores can pay for a dataset that waits on

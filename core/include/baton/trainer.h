@@ -81,6 +81,11 @@ struct TrainerOptions : TrainerSettings {
   /// instead of the Trainer's `optimizer` argument, which must then be null. A sharded run (sharding zero1 or
   /// zero2) needs it: its optimizer steps each rank's shard, which exists only inside the Trainer.
   OptimizerBuilder optimizer_factory;
+  /// Sharding zero3: the sub-modules whose parameters are gathered one at a time, by dotted name ("features.0";
+  /// docs/distributed.md), each run by the model's forward through baton::run_unit (baton/unit.h). Empty: every
+  /// module holding parameters of its own (a Linear, a Conv2d, a BatchNorm), as the built-in models and
+  /// torch::nn::Sequential models run them.
+  std::vector<std::string> units;
   /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.

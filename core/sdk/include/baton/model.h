@@ -35,6 +35,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::nn {
+class SequentialImpl;
+}
 
 namespace baton {
 
@@ -108,6 +111,9 @@ class BATON_API Model {
   Model(std::shared_ptr<torch::nn::Module> module, Forward forward);
   Model(std::shared_ptr<torch::nn::Module> module, BatchForward forward);
   Model(torch::nn::AnyModule module);  // NOLINT(google-explicit-constructor): a model is what the trainer takes
+  /// A Sequential runs its parts in turn, each through baton::run_unit (baton/unit.h), so zero3 gathers them one at
+  /// a time. (An AnyModule holding a Sequential, likewise.)
+  Model(std::shared_ptr<torch::nn::SequentialImpl> sequential);  // NOLINT(google-explicit-constructor)
   /// A holder (a TORCH_MODULE) with the forward to use, of either form.
   template <typename Impl>
   Model(const torch::nn::ModuleHolder<Impl>& holder, BatchForward forward) : Model(holder.ptr(), std::move(forward)) {}

@@ -2,6 +2,7 @@
 // The one walk over a module's tensors that the trainer, its checkpoints, the EMA and post-hoc EMA share, so they
 // all agree on names and order: every parameter, then every buffer, each in registration order, under its dotted
 // name ("features.0.weight"). Undefined tensors (an optional bias left out) are skipped.
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,16 @@ struct ModelTensor {
   std::string name;
   at::Tensor tensor;  // the module's own tensor (not a copy)
   bool parameter;     // false: a buffer (batch-norm statistics, counters)
+};
+
+/// A weight a run keeps only as this rank's rows between steps (sharding zero3 releases the model's parameters
+/// outside their unit's forward): its name in the model, its global shape, and this rank's rows of it (dim-0 rows as
+/// torch.chunk(t, W, 0) gives rank r; [0, ...] rows on a rank that holds none) as a view into the run's shard, so
+/// writing it writes the weight.
+struct HeldRows {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  at::Tensor rows;
 };
 
 /// Parameters, then buffers.

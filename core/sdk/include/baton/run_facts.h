@@ -17,6 +17,7 @@
 #include "baton/batch.h"
 #include "baton/declarations.h"
 #include "baton/export.h"
+#include "baton/model_tensors.h"
 
 namespace torch {
 namespace nn {
@@ -88,12 +89,20 @@ class BATON_API RunFacts {
   const std::vector<std::string>& plugins() const;
   /// The trainer's passes a plugin may run; null when no trainer runs this State.
   TrainingPasses* passes() const;
-  /// Whether the run shards its parameters' optimizer state over the ranks ([distributed] sharding = zero1 or
-  /// zero2): the optimizers then step this rank's shard of the parameters (flat tensors, one per dtype), and from
+  /// Whether the run shards its parameters' optimizer state over the ranks ([distributed] sharding = zero1, zero2
+  /// or zero3): the optimizers then step this rank's shard of the parameters (flat tensors, one per dtype), and from
   /// after_train_batch until the step their gradients are this rank's shard of the averaged gradients. A plugin
   /// that acts on those gradients reads them there; a norm over them is this rank's part, summed over the ranks
   /// (communicator()) for the global one.
   bool sharded() const;
+  /// The sharding's name ([distributed] sharding): "none", "zero1", "zero2" or "zero3". Under "zero3" the model's
+  /// sharded parameters are empty between steps (each unit is whole only while it runs; baton/unit.h): a plugin
+  /// that reads the weights outside the forward refuses that mode.
+  const std::string& sharding() const;
+  /// Under zero3 while the units are released (during fit, from after fit_start): the parameters the run holds
+  /// only as this rank's rows, with their global shapes (HeldRows, baton/model_tensors.h; the rows are views into
+  /// the run's shards: writing them writes the weights). Empty otherwise, when the model's tensors are whole.
+  std::vector<HeldRows> held_rows() const;
 
   // --- services, from init on -------------------------------------------------------------------------------------
   /// Whether probe_forward can run (a trainer runs this State).
@@ -134,6 +143,8 @@ class BATON_API RunFacts {
   void add_plugin(std::string id);
   void set_passes(TrainingPasses* passes);
   void set_sharded(bool sharded);
+  void set_sharding(std::string sharding);
+  void set_held_rows(std::function<std::vector<HeldRows>()> held_rows);
   void set_probe(std::function<Outputs(const Batch&)> forward, Batch example);
   /// The run's metrics with their directions, the families plugins declared, and the sets and passes.
   void set_metrics(std::vector<std::string> names, std::map<std::string, bool> higher_is_better,

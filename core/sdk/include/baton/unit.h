@@ -17,6 +17,7 @@
 
 namespace torch::nn {
 class Module;
+class AnyModule;
 }
 
 namespace baton {
@@ -26,5 +27,7 @@ using UnitForward = std::function<at::Tensor(const at::Tensor&)>;
 
 /// `forward(input)`, as the forward of unit `module` when the run shards it (above).
 BATON_API at::Tensor run_unit(const torch::nn::Module& module, const UnitForward& forward, const at::Tensor& input);
+/// The same for a part of a torch::nn::Sequential (its forward: one tensor in, one out).
+BATON_API at::Tensor run_unit(torch::nn::AnyModule& part, const at::Tensor& input);
 
 }  // namespace baton
