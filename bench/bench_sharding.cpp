@@ -12,7 +12,8 @@
 //           kernel, not from the code;
 //   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), and rank 0's per phase.
 // Printed beside each: the formula (Adam + EMA in fp32 = 20 bytes per parameter unsharded; zero1 (8 + 12/W)/20,
-// zero2 (4 + 16/W)/20, zero3 (20/W)/20 of that between steps, each Linear a unit; the ring's 2 (W - 1)/W of the
+// zero2 (4 + 16/W)/20, zero3 (20/W)/20 of that between steps, each Linear a unit, and at its peak the largest unit's
+// parameters and gradients besides (8 bytes each); the ring's 2 (W - 1)/W of the
 // parameter bytes sent per step, 3 (W - 1)/W under zero3). The forward runs each part through baton::run_unit, as
 // Sequential models do in the trainer, and the EMA follows zero3's rows as the ema plugin does.
 // Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero2_peak_vs_formula=...
@@ -298,6 +299,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
+  // zero3's peak beside its state: the largest unit (the 4096 x 4096 Linear) whole, with its gradient, while it runs.
+  const double largest_unit = 4096.0 * 4096 + 4096;
+  const double zero3_peak_formula = formula("zero3", 2) + 8 * largest_unit / parameters;
   if (unsharded > 0) std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
   std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero2_peak_vs_formula=%.3f "
               "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
@@ -305,7 +309,7 @@ int main(int argc, char** argv) {
               at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),
               at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
               at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step,
-              at2["zero3"].state / parameters / formula("zero3", 2), at2["zero3"].peak / parameters / formula("zero3", 2),
+              at2["zero3"].state / parameters / formula("zero3", 2), at2["zero3"].peak / parameters / zero3_peak_formula,
               at2["zero3"].sent / (1.5 * ring2), at2["zero3"].step / at2["none"].step);
   return 0;
 }
