@@ -129,6 +129,11 @@ TEST_SUITE("sharding layout") {
     CHECK(ranges(layout.buckets(40)) == Ranges{{0, 9}, {9, 15}});
     CHECK(ranges(layout.buckets(4)) == Ranges{{0, 9}, {9, 13}, {13, 14}, {14, 15}});
     CHECK(ranges(layout.buckets(1 << 20)) == Ranges{{0, 15}});
+    // With groups (zero3's units), a bucket also ends where the group changes, whatever room is left.
+    CHECK(ranges(layout.buckets(1 << 20, {0, 0, 1, 1})) == Ranges{{0, 13}, {13, 15}});
+    CHECK(ranges(layout.buckets(1 << 20, {0, 1, 1, 2})) == Ranges{{0, 9}, {9, 14}, {14, 15}});
+    CHECK(ranges(layout.buckets(40, {0, 0, 0, 1})) == Ranges{{0, 9}, {9, 14}, {14, 15}});
+    CHECK_THROWS_WITH_AS(layout.buckets(40, {0, 1}), "layout: buckets: 2 groups given for 4 slots", baton::Error);
     const auto full = numbered(issue_shapes());
     const at::Tensor whole = layout.pack(full, at::kFloat).view({3, 15});
     for (const auto& bucket : layout.buckets(4)) {
