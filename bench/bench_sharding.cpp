@@ -115,12 +115,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
   ema_options.threads = 1;
   if (world > 1) ema_options.shard_over = comm;  // sharded over the ranks, as the ema plugin does by default
   ema_options.held_rows = [&sharded] {  // zero3's released parameters, as RunFacts::held_rows gives them
-    std::vector<baton::HeldRows> out;
-    if (!sharded || !sharded->released()) return out;
-    const auto& slots = sharded->layout().slots();
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      if (sharded->unit_of_slot()[i] >= 0) out.push_back({slots[i].name, slots[i].shape, sharded->shard_of(slots[i].name)});
-    return out;
+    return sharded ? sharded->held_rows() : std::vector<baton::HeldRows>();
   };
   baton::ExponentialMovingAverage ema(*model, ema_options);
   if (sharded) sharded->release_units();  // zero3: each Linear whole only while it runs

@@ -189,23 +189,11 @@ void ShardedStep::reduce_unit(std::size_t u) {
   UnitState& unit = unit_state_.at(u);
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads(parameters_.size());
-  for (std::size_t i : unit.slots) {
-    const at::Tensor& grad = parameters_[i].grad();
-    if (grad.defined() && grad.is_sparse())
-      throw Error("sharded step: the gradient of '" + layout_.slots()[i].name +
-                  "' is sparse; a sharded step reduces dense gradients only");
-    grads[i] = grad.defined() ? grad : at::zeros_like(parameters_[i]);
-  }
+  for (std::size_t i : unit.slots) grads[i] = dense_grad(i);
   for (std::size_t b : unit.buckets) {
     const Bucket& bucket = buckets_[b];
     if (bucket.numel() == 0) continue;
-    at::Tensor packed = layout_.pack(grads, bucket);
-    for (std::size_t i : unit.slots)
-      if (Layout::in_bucket(layout_.slots()[i], bucket)) {
-        grads[i] = at::Tensor();
-        parameters_[i].mutable_grad() = at::Tensor();
-      }
-    at::Tensor mine = communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
+    at::Tensor mine = reduce_bucket(bucket, grads, /*release=*/true);
     // Added: microbatches' backwards each add their part, as gradients accumulate.
     shard_grad(dtype_index(bucket.dtype)).narrow(0, bucket.begin, bucket.numel()).add_(mine);
   }

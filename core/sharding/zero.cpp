@@ -173,16 +173,8 @@ void ShardedStep::reduce_gradients() {
   // Before release_units() its units run whole, as zero2's parameters do, and are reduced here.
   const bool units_done = stage_ == ZeroStage::zero3 && released_;
   std::vector<at::Tensor> grads(parameters_.size());
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    if (units_done && unit_of_slot_[i] >= 0) continue;
-    const at::Tensor& grad = parameters_[i].grad();
-    if (grad.defined() && grad.is_sparse())
-      throw Error("sharded step: the gradient of '" + layout_.slots()[i].name +
-                  "' is sparse; a sharded step reduces dense gradients only");
-    // No gradient on this rank (an unused branch, or none yet) is a zero contribution to the mean; every rank
-    // still sends its slot, so all agree on the collective's size.
-    grads[i] = grad.defined() ? grad : at::zeros_like(parameters_[i]);
-  }
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (!units_done || unit_of_slot_[i] < 0) grads[i] = dense_grad(i);
   std::vector<at::Tensor> reduced(shards_.size());  // each dtype's shard gradient, filled bucket by bucket
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
@@ -195,18 +187,7 @@ void ShardedStep::reduce_gradients() {
       if (whole) reduced[k] = at::zeros_like(shards_[k]);
       continue;
     }
-    at::Tensor packed = layout_.pack(grads, bucket);
-    if (stage_ != ZeroStage::zero1) {
-      // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
-      // received chunks are not alive at once.
-      for (std::size_t i = 0; i < parameters_.size(); ++i) {
-        if (!Layout::in_bucket(layout_.slots()[i], bucket)) continue;
-        grads[i] = at::Tensor();
-        parameters_[i].mutable_grad() = at::Tensor();
-      }
-    }
-    // Over one rank the mean is the packed buffer itself ([1 x n]: already this rank's part).
-    at::Tensor mine = communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
+    at::Tensor mine = reduce_bucket(bucket, grads, /*release=*/stage_ != ZeroStage::zero1);
     if (whole)
       reduced[k] = mine;
     else
@@ -218,6 +199,40 @@ void ShardedStep::reduce_gradients() {
     else
       shards_[k].mutable_grad() = reduced[k];
   }
+}
+
+at::Tensor ShardedStep::dense_grad(std::size_t i) const {
+  const at::Tensor& grad = parameters_[i].grad();
+  if (grad.defined() && grad.is_sparse())
+    throw Error("sharded step: the gradient of '" + layout_.slots()[i].name +
+                "' is sparse; a sharded step reduces dense gradients only");
+  // No gradient on this rank (an unused branch, or none yet) is a zero contribution to the mean; every rank still
+  // sends its slot, so all agree on the collective's size.
+  return grad.defined() ? grad : at::zeros_like(parameters_[i]);
+}
+
+at::Tensor ShardedStep::reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release) {
+  at::Tensor packed = layout_.pack(grads, bucket);
+  if (release) {
+    // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
+    // received chunks are not alive at once.
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      if (!Layout::in_bucket(layout_.slots()[i], bucket)) continue;
+      grads[i] = at::Tensor();
+      parameters_[i].mutable_grad() = at::Tensor();
+    }
+  }
+  // Over one rank the mean is the packed buffer itself ([1 x n]: already this rank's part).
+  return communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
+}
+
+std::vector<HeldRows> ShardedStep::held_rows() const {
+  std::vector<HeldRows> out;
+  if (!released_) return out;
+  const auto& slots = layout_.slots();
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (unit_of_slot_[i] >= 0) out.push_back({slots[i].name, slots[i].shape, shard_of(slots[i].name)});
+  return out;
 }
 
 void ShardedStep::gather_parameters() {

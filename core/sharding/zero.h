@@ -139,6 +139,9 @@ class ShardedStep : public detail::UnitRunner {
   const std::vector<int>& unit_of_slot() const { return unit_of_slot_; }
   /// Whether the units' parameters are released (zero3 between release_units() and gather_units()).
   bool released() const { return released_; }
+  /// While released: every unit's parameter as this rank's rows (views into the shards) with its global shape,
+  /// what RunFacts::held_rows gives plugins; empty otherwise.
+  std::vector<HeldRows> held_rows() const;
   /// Frees the full parameters of every unit (they live on in the shards): after load_parameters(), before
   /// training. A no-op for zero1 / zero2 and when released already.
   void release_units();
@@ -189,6 +192,11 @@ class ShardedStep : public detail::UnitRunner {
   RecomputeContext recompute_context_;
 
   std::size_t unit_index(const torch::nn::Module& module) const;
+  /// Parameter i's gradient, zeros when it has none; throws Error naming a sparse one.
+  at::Tensor dense_grad(std::size_t i) const;
+  /// One bucket of `grads` packed and reduce-scattered (mean): this rank's part. `release`: the bucket's full
+  /// gradients (in `grads` and on the model) are dropped before the collective.
+  at::Tensor reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release);
   std::size_t dtype_index(at::ScalarType dtype) const;
   /// The shard parameter's gradient of `dtype`, allocated as zeros when undefined.
   at::Tensor& shard_grad(std::size_t dtype_index);

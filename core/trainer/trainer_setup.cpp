@@ -233,14 +233,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
   facts.set_sharded(sharded != nullptr);
   facts.set_sharding(sharding_name(options.sharding));
   // zero3: the parameters of released units exist as this rank's rows in the shards only.
-  facts.set_held_rows([step = sharded.get()] {
-    std::vector<HeldRows> out;
-    if (step == nullptr || !step->released()) return out;
-    const auto& slots = step->layout().slots();
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      if (step->unit_of_slot()[i] >= 0) out.push_back({slots[i].name, slots[i].shape, step->shard_of(slots[i].name)});
-    return out;
-  });
+  facts.set_held_rows([step = sharded.get()] { return step ? step->held_rows() : std::vector<HeldRows>(); });
   facts.set_seed(options.seed);
   facts.set_run_dir(options.run_dir);
   facts.set_model(module.get());
