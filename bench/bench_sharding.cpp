@@ -1,12 +1,16 @@
 // Sharded data parallel's memory, traffic and speed, per rank, against the formulas of docs/distributed.md.
 //
-// A 28.4 M-parameter MLP (784 -> 4096 -> 4096 -> 2048 -> 10, fp32) trained with Adam and the EMA, as the trainer
-// trains it under each `[distributed] sharding` mode: the same calls it makes (Communicator::average or
-// sharding::ShardedStep's reduce-scatter and all-gather around the optimizer step, the EMA sharded over the ranks).
+// A 26.0 M-parameter MLP (784 -> 1024, 24 hidden 1024 -> 1024 layers, -> 10; fp32) trained with Adam and the EMA,
+// as the trainer trains it under each `[distributed] sharding` mode: the same calls it makes (Communicator::average
+// or sharding::ShardedStep's reduce-scatter, in the backward as each bucket completes, and all-gather around the
+// optimizer step; the EMA sharded over the ranks). Buckets of 4 MB (--bucket-mb), one hidden layer's weight: a
+// collective's buffers are a bucket's size, so against a 104 MB model the 25 MB default would keep a quarter of
+// the gradients in flight and the peak could not come near the formula.
 // Each rank is its own process (this program started again with --rank), joined over loopback Gloo, so its peak
 // resident memory is its own. For W = 1, 2, 4 and each mode, every rank reports:
 //   state   bytes of the model state it holds after a step: parameters, gradients (the model's and the shard's),
-//           the shard parameters, Adam's moments, the EMA;
+//           the shard parameters, Adam's moments, the EMA; each storage counted once (zero1/zero2's shard
+//           parameters are the rows of the model's own, zero1's shard gradients the rows of its whole gradients);
 //   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end;
 //   sent    bytes over the loopback interface per step (its counters, all ranks together, divided by W), from the
 //           kernel, not from the code;
@@ -16,10 +20,11 @@
 // parameters and gradients besides (8 bytes each); the ring's 2 (W - 1)/W of the
 // parameter bytes sent per step, 3 (W - 1)/W under zero3). The forward runs each part through baton::run_unit, as
 // Sequential models do in the trainer, and the EMA follows zero3's rows as the ema plugin does.
-// Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero2_peak_vs_formula=...
+// Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero1_peak_vs_formula=...
+//            zero2_peak_vs_formula=...
 //            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
 //            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
-//   bench_sharding [--steps N] [--worlds 1,2,4]
+//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,10 +86,35 @@ std::int64_t loopback_sent() {  // bytes transmitted on `lo` since boot
   return 0;
 }
 
-std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
+// Bytes of distinct storage: a view (a shard of the model's own parameter, a gradient in a flat buffer) adds
+// nothing beyond the storage it lives in, counted once.
+class StorageBytes {
+ public:
+  void add(const at::Tensor& t) {
+    if (t.defined() && t.has_storage()) seen_.emplace(t.storage().data(), static_cast<std::int64_t>(t.storage().nbytes()));
+  }
+  std::int64_t total() const {
+    std::int64_t sum = 0;
+    for (const auto& item : seen_) sum += item.second;
+    return sum;
+  }
+
+ private:
+  std::map<const void*, std::int64_t> seen_;
+};
+
+torch::nn::Sequential make_model() {
+  torch::nn::Sequential model(torch::nn::Linear(784, 1024), torch::nn::ReLU());
+  for (int k = 0; k < 24; ++k) {
+    model->push_back(torch::nn::Linear(1024, 1024));
+    model->push_back(torch::nn::ReLU());
+  }
+  model->push_back(torch::nn::Linear(1024, 10));
+  return model;
+}
 
 // One rank's run: prints "rank R state=... peak=... sent=... step=..." on stdout.
-int run_rank(int rank, int world, const std::string& mode, int port, int steps) {
+int run_rank(int rank, int world, const std::string& mode, int port, int steps, std::int64_t bucket_bytes) {
   const std::int64_t rss_before = status_kib("VmHWM:");
   baton::DistributedEnv env;
   env.rank = rank;
@@ -94,9 +124,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
   std::shared_ptr<baton::Communicator> comm;
   if (world > 1) comm = baton::Communicator::connect(env, baton::CommunicatorOptions{});
   at::manual_seed(1);  // the same initial weights on every rank, as the trainer's broadcast makes them
-  torch::nn::Sequential model(torch::nn::Linear(784, 4096), torch::nn::ReLU(), torch::nn::Linear(4096, 4096),
-                              torch::nn::ReLU(), torch::nn::Linear(4096, 2048), torch::nn::ReLU(),
-                              torch::nn::Linear(2048, 10));
+  torch::nn::Sequential model = make_model();
   std::unique_ptr<baton::sharding::ShardedStep> sharded;
   std::vector<baton::sharding::UnitSpec> units;  // zero3: every Linear, the trainer's default
   if (mode == "zero3")
@@ -108,7 +136,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
         mode == "zero1"   ? baton::sharding::ZeroStage::zero1
         : mode == "zero2" ? baton::sharding::ZeroStage::zero2
                           : baton::sharding::ZeroStage::zero3,
-        std::int64_t{25} << 20, units);
+        bucket_bytes, units);
   torch::optim::Adam adam(sharded ? sharded->shard_parameters() : model->parameters(), torch::optim::AdamOptions(1e-4));
   baton::EmaOptions ema_options;
   ema_options.smoothing = 0.999;
@@ -143,14 +171,16 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
     };
     adam.zero_grad();
     if (sharded) sharded->zero_grad();
-    at::cross_entropy_loss(forward(inputs), targets).backward();
+    const at::Tensor loss = at::cross_entropy_loss(forward(inputs), targets);
+    if (sharded) sharded->reduce_during_backward(true);  // as the trainer: each bucket reduced as it completes
+    loss.backward();
     phase(0);
     if (sharded)
       sharded->reduce_gradients();
     else if (comm) {
       std::vector<at::Tensor> grads;
       for (const auto& p : model->parameters()) grads.push_back(p.grad());
-      comm->average(grads);
+      comm->average(grads, static_cast<std::size_t>(bucket_bytes));
     }
     phase(1);
     adam.step();
@@ -161,14 +191,23 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps) 
     phase(4);
     if (step >= 1) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (step == steps - 1) {  // what the rank holds at the end of a step
-      state = ema.bytes();
-      for (const auto& p : model->parameters()) state += bytes_of(p) + bytes_of(p.grad());
+      StorageBytes held;
+      for (const auto& p : model->parameters()) {
+        held.add(p);
+        held.add(p.grad());
+      }
       if (sharded)
-        for (const auto& s : sharded->shard_parameters()) state += bytes_of(s) + bytes_of(s.grad());
+        for (const auto& s : sharded->shard_parameters()) {
+          held.add(s);
+          held.add(s.grad());
+        }
       for (const auto& item : adam.state()) {
         const auto& moments = static_cast<const torch::optim::AdamParamState&>(*item.second);
-        state += bytes_of(moments.exp_avg()) + bytes_of(moments.exp_avg_sq()) + bytes_of(moments.max_exp_avg_sq());
+        held.add(moments.exp_avg());
+        held.add(moments.exp_avg_sq());
+        held.add(moments.max_exp_avg_sq());
       }
+      state = ema.bytes() + held.total();
     }
   }
   if (comm) comm->barrier();
@@ -187,7 +226,7 @@ struct Measured {
 };
 
 // Starts W copies of this program, one per rank, and reads back their lines.
-Measured run_world(const char* self, int world, const std::string& mode, int steps, int port) {
+Measured run_world(const char* self, int world, const std::string& mode, int steps, int port, int bucket_mb) {
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r = 0; r < world; ++r) {
@@ -198,7 +237,8 @@ Measured run_world(const char* self, int world, const std::string& mode, int ste
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     const std::string args[] = {self, "--rank", std::to_string(r), "--world", std::to_string(world), "--mode", mode,
-                                "--port", std::to_string(port), "--steps", std::to_string(steps)};
+                                "--port", std::to_string(port), "--steps", std::to_string(steps),
+                                "--bucket-mb", std::to_string(bucket_mb)};
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -248,7 +288,7 @@ double formula(const std::string& mode, int world) {  // model-state bytes per p
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = -1, world = 1, port = 29600, steps = 6;
+  int rank = -1, world = 1, port = 29600, steps = 6, bucket_mb = 4;
   std::string mode = "none", worlds = "1,2,4";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
@@ -258,18 +298,19 @@ int main(int argc, char** argv) {
     else if (key == "--port") port = std::stoi(value);
     else if (key == "--steps") steps = std::max(2, std::stoi(value));
     else if (key == "--worlds") worlds = value;
+    else if (key == "--bucket-mb") bucket_mb = std::max(1, std::stoi(value));
     else {
-      std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4]\n");
+      std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4]\n");
       return 2;
     }
   }
-  if (rank >= 0) return run_rank(rank, world, mode, port, steps);
+  if (rank >= 0) return run_rank(rank, world, mode, port, steps, std::int64_t{bucket_mb} << 20);
 
-  const double parameters = 784.0 * 4096 + 4096 + 4096.0 * 4096 + 4096 + 4096.0 * 2048 + 2048 + 2048.0 * 10 + 10;
-  std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; %d steps, the first untimed\n",
-              parameters / 1e6, parameters * 4 / 1e6, steps);
+  const double parameters = 784.0 * 1024 + 1024 + 24 * (1024.0 * 1024 + 1024) + 1024.0 * 10 + 10;
+  std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; buckets of %d MB; %d steps, the first "
+              "untimed\n", parameters / 1e6, parameters * 4 / 1e6, bucket_mb, steps);
   std::printf("%-6s %2s %12s %9s %9s %12s %9s %11s %9s %9s  %s\n", "mode", "W", "state MB", "B/param", "formula",
-              "peak MB", "B/param", "sent MB", "vs ring", "step s", "s: backward/reduce/adam/gather/ema");
+              "peak MB", "B/param", "sent MB", "vs ring", "step s", "s: backward(+reduce)/reduce/adam/gather/ema");
   std::map<std::string, Measured> at2;
   double unsharded = 0;
   std::istringstream list(worlds);
@@ -278,7 +319,7 @@ int main(int argc, char** argv) {
   while (std::getline(list, item, ',')) {
     const int w = std::stoi(item);
     for (const char* m : kModes) {
-      Measured r = run_world(argv[0], w, m, steps, next_port++);
+      Measured r = run_world(argv[0], w, m, steps, next_port++, bucket_mb);
       const double per_param = r.state / parameters;
       if (w == 1 && std::string(m) == "none") unsharded = per_param;
       const double ring = w > 1 ? (std::string(m) == "zero3" ? 3.0 : 2.0) * (w - 1) / w * parameters * 4 : 0;
@@ -294,15 +335,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
-  // zero3's peak beside its state: the largest unit (the 4096 x 4096 Linear) whole, with its gradient, while it runs.
-  const double largest_unit = 4096.0 * 4096 + 4096;
+  // zero3's peak beside its state: the largest unit (a 1024 x 1024 Linear) whole, with its gradient, while it runs.
+  const double largest_unit = 1024.0 * 1024 + 1024;
   const double zero3_peak_formula = formula("zero3", 2) + 8 * largest_unit / parameters;
   if (unsharded > 0) std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
-  std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero2_peak_vs_formula=%.3f "
-              "sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
+  std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero1_peak_vs_formula=%.3f "
+              "zero2_peak_vs_formula=%.3f sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
               "zero3_peak_vs_formula=%.3f zero3_sent_vs_ring=%.3f zero3_step_vs_ddp=%.3f\n",
               at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),
-              at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
+              at2["zero1"].peak / parameters / formula("zero1", 2), at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
               at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step,
               at2["zero3"].state / parameters / formula("zero3", 2), at2["zero3"].peak / parameters / zero3_peak_formula,
               at2["zero3"].sent / (1.5 * ring2), at2["zero3"].step / at2["none"].step);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <ATen/Context.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -325,8 +326,9 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& input, bool mean) {
   // the end (the mean too): summing in the narrow type would round after every add, so the result would lose bits
   // with each rank; fp32 carries 16 more mantissa bits than bf16, so a sum of a few ranks' values rounds only once.
   const bool narrow = dtype == at::kBFloat16 || dtype == at::kHalf;
-  at::Tensor sum = narrow ? parts[0].to(at::kFloat) : parts[0].clone();
-  for (int r = 1; r < world; ++r) sum.add_(parts[r]);
+  // The first add writes a new tensor (one pass over two parts rather than a copy and then an add).
+  at::Tensor sum = narrow ? parts[0].to(at::kFloat) : world > 1 ? at::add(parts[0], parts[1]) : parts[0].clone();
+  for (int r = narrow ? 1 : 2; r < world; ++r) sum.add_(parts[r]);
   if (mean) sum.div_(static_cast<double>(world));
   return narrow ? sum.to(dtype) : sum;
 }

@@ -298,4 +298,33 @@ void Layout::unpack_into(const at::Tensor& gathered, const std::vector<at::Tenso
   }
 }
 
+at::Tensor Layout::shard_of_part(const at::Tensor& part, const Bucket& bucket, std::size_t index) const {
+  if (index >= slots_.size() || !in_bucket(slots_[index], bucket))
+    throw Error("sharding: shard_of_part: tensor index " + std::to_string(index) + " is not in the bucket");
+  const Slot& slot = slots_[index];
+  if (!part.defined() || part.dim() != 1 || part.numel() != bucket.numel() || part.scalar_type() != bucket.dtype)
+    throw Error("sharding: shard_of_part: the part of the bucket holding '" + slot.name + "' must be " +
+                c10::toString(bucket.dtype) + "[" + std::to_string(bucket.numel()) + "]");
+  return part.narrow(0, slot.offset - bucket.begin, slot.shard_numel()).view(slot.shard_shape());
+}
+
+at::Tensor Layout::pack_own(const std::vector<at::Tensor>& full, const Bucket& bucket) const {
+  check_count(full, "pack_own");
+  at::Tensor part;
+  c10::NoGradGuard no_grad;  // `full` may hold parameters: the part takes their values
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    if (!in_bucket(slot, bucket) || slot.slot_numel() == 0) continue;
+    check_full(full[i], i, "pack_own");
+    if (!part.defined()) part = at::empty({bucket.numel()}, full[i].options().requires_grad(false));
+    shard_of_part(part, bucket, i).copy_(shard(full[i], i));
+    part.narrow(0, slot.offset - bucket.begin + slot.shard_numel(), slot.slot_numel() - slot.shard_numel()).zero_();
+  }
+  if (!part.defined())
+    throw Error(std::string("sharding: pack_own: no tensor of the layout lies in the ") +
+                c10::toString(bucket.dtype) + " elements [" + std::to_string(bucket.begin) + ", " +
+                std::to_string(bucket.end) + ")");
+  return part;
+}
+
 }  // namespace baton::sharding

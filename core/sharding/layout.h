@@ -125,6 +125,12 @@ class Layout {
   void unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full) const;
   /// unpack_into() of one bucket's slots from the ranks' parts of it ([W * bucket.numel()], rank order).
   void unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full, const Bucket& bucket) const;
+  /// Slot `index`'s shard inside `part`, this rank's part of `bucket` ([bucket.numel()] elements, as
+  /// Communicator::reduce_scatter returns it): a view of shard_shape().
+  at::Tensor shard_of_part(const at::Tensor& part, const Bucket& bucket, std::size_t index) const;
+  /// This rank's part of `bucket` from the full tensors (`full` as in pack()): [bucket.numel()], each slot's rows
+  /// at its place, padding zeroed: what this rank gives the bucket's all-gather.
+  at::Tensor pack_own(const std::vector<at::Tensor>& full, const Bucket& bucket) const;
 
  private:
   void check_full(const at::Tensor& full, std::size_t index, const char* what) const;

@@ -27,17 +27,11 @@ std::string five_digits(int value) {
   return text;
 }
 
-// The name under which the flat shard parameter of `dtype` is exported: its state keys are "shard:Float/step".
+// The name under which a rank's flat shard of `dtype` was exported when it was one tensor ("shard:Float/step"): read
+// from checkpoints written so.
 std::string dtype_key(at::ScalarType dtype) { return std::string(kPerDtypePrefix) + c10::toString(dtype); }
 
 bool starts_with(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
-
-// The flat shard parameters under their export names, in the layout's dtype order.
-NamedParameters flat_parameters(const ShardedStep& step) {
-  NamedParameters flat;
-  for (at::ScalarType dtype : step.layout().dtypes()) flat.emplace_back(dtype_key(dtype), step.shard_parameter(dtype));
-  return flat;
-}
 
 // Where the rows of tensor `key` start in the global tensor: the file's "rows/<key>", or -1 for a full tensor.
 std::int64_t first_row(const StateDict& file, const std::string& key) {
@@ -73,31 +67,15 @@ StateDict model_shard(const ShardedStep& step) {
 
 StateDict optimizer_shard(const ShardedStep& step, const torch::optim::Optimizer& optimizer) {
   const Layout& layout = step.layout();
-  const StateDict exported = export_optimizer_state(optimizer, flat_parameters(step));
-  StateDict out;
-  out.set_scalars_json(exported.scalars_json());  // the optimizer's type and its param group's options
-  for (const std::string& key : exported.tensor_keys()) {
-    const at::Tensor value = exported.tensor(key);
+  StateDict out = export_optimizer_state(optimizer, step.named_shard_parameters());
+  // A per-element buffer (momentum, Adam's moments) has the shard's shape: it is a block of rows of the tensor's
+  // buffer, marked with where it starts. Anything else (Adam's step count) is kept as it is.
+  for (const std::string& key : out.tensor_keys()) {
     const std::size_t slash = key.rfind('/');
-    const std::string owner = key.substr(0, slash), buffer = key.substr(slash + 1);
-    at::ScalarType dtype = at::kFloat;
-    for (at::ScalarType d : layout.dtypes())
-      if (owner == dtype_key(d)) dtype = d;
-    // A per-element buffer (momentum, Adam's moments) is a flat tensor like the shard parameter: it is cut into the
-    // parameters' row blocks. Anything else (Adam's step count) stays as the flat parameter holds it.
-    const bool per_element = value.dim() == 1 && value.scalar_type() == dtype &&
-                             value.size(0) == layout.buffer_numel(dtype);
-    if (!per_element) {
-      out.set_tensor(key, value);
-      continue;
-    }
-    for (std::size_t i = 0; i < layout.slots().size(); ++i) {
-      const Slot& slot = layout.slots()[i];
-      if (slot.dtype != dtype || slot.shard_numel() == 0) continue;
-      const std::string name = slot.name + "/" + buffer;
-      out.set_tensor(name, layout.shard_of_buffer(value, i));
-      out.set_int(kRowsPrefix + name, slot.held.begin);
-    }
+    const Slot& slot = layout.slots()[layout.index_of(key.substr(0, slash))];
+    const at::Tensor value = out.tensor(key);
+    if (value.scalar_type() == slot.dtype && value.sizes().vec() == slot.shard_shape())
+      out.set_int(kRowsPrefix + key, slot.held.begin);
   }
   return out;
 }
@@ -108,23 +86,24 @@ void load_optimizer_shard(const ShardedStep& step, torch::optim::Optimizer& opti
   if (saved.has("groups") && saved.get_int("groups") != 1)
     throw CheckpointError(what + ": the optimizer state has " + std::to_string(saved.get_int("groups")) +
                           " param groups; a sharded run's optimizer has one, over the rank's shard");
-  StateDict flat;
-  flat.set_scalars_json(saved.scalars_json());
-  flat.set_int("group0/params", static_cast<std::int64_t>(layout.dtypes().size()));
-  // The flat buffers being filled, by "shard:<dtype>/<buffer>"; padding and rows this rank holds none of stay 0.
-  std::map<std::string, at::Tensor> buffers;
-  std::map<std::string, std::set<std::size_t>> filled;  // the slots written into each buffer
+  const NamedTensors shards = step.named_shard_parameters();
+  StateDict mine;
+  mine.set_scalars_json(saved.scalars_json());
+  mine.set_int("group0/params", static_cast<std::int64_t>(shards.size()));
+  std::map<std::string, std::set<std::size_t>> filled;  // per buffer: the slots given it
   c10::NoGradGuard no_grad;
   for (const std::string& key : saved.tensor_keys()) {
     const at::Tensor value = saved.tensor(key);
-    if (starts_with(key, kPerDtypePrefix)) {
-      flat.set_tensor(key, value);
-      continue;
-    }
     const std::size_t slash = key.rfind('/');
     if (slash == std::string::npos)
       throw CheckpointError(what + ": optimizer state tensor '" + key + "' names no parameter");
     const std::string name = key.substr(0, slash), buffer = key.substr(slash + 1);
+    if (starts_with(name, kPerDtypePrefix)) {
+      // Written when a rank's shard was one flat tensor per dtype: a count (Adam's step) for all its parameters.
+      for (const auto& [shard_name, tensor] : shards)
+        if (dtype_key(tensor.scalar_type()) == name) mine.set_tensor(shard_name + "/" + buffer, value);
+      continue;
+    }
     std::size_t index = 0;
     try {
       index = layout.index_of(name);
@@ -132,22 +111,21 @@ void load_optimizer_shard(const ShardedStep& step, torch::optim::Optimizer& opti
       throw CheckpointError(what + ": optimizer state tensor '" + key + "' belongs to no parameter this run shards");
     }
     const Slot& slot = layout.slots()[index];
-    const std::string flat_key = dtype_key(slot.dtype) + "/" + buffer;
-    // An unsharded run keeps a count (Adam's step) per parameter; the flat shard parameter keeps one.
+    if (slot.shard_numel() == 0) continue;  // this rank holds none of its rows
+    // A count (Adam's step), the same for every rank's rows.
     if (value.numel() == 1 && value.scalar_type() == at::kLong) {
-      flat.set_tensor(flat_key, value);
+      mine.set_tensor(key, value);
       continue;
     }
     if (value.scalar_type() != slot.dtype)
       throw CheckpointError(what + ": optimizer state tensor '" + key + "' is " + describe(value) +
                             ", but parameter '" + name + "' is " + c10::toString(slot.dtype));
-    at::Tensor rows;
     const std::int64_t begin = first_row(saved, key);
     if (begin < 0) {  // a full tensor, from an unsharded run
       if (value.sizes().vec() != slot.shape)
         throw CheckpointError(what + ": optimizer state tensor '" + key + "' is " + describe(value) +
                               ", but parameter '" + name + "' has shape " + format_shape(slot.shape));
-      rows = layout.shard(value, index);
+      mine.set_tensor(key, layout.shard(value, index).contiguous());
     } else {
       if (begin != slot.held.begin || value.sizes().vec() != slot.shard_shape())
         throw CheckpointError(what + ": optimizer state tensor '" + key + "' holds rows from " + std::to_string(begin) +
@@ -155,26 +133,17 @@ void load_optimizer_shard(const ShardedStep& step, torch::optim::Optimizer& opti
                               std::to_string(slot.held.begin) + " to " + std::to_string(slot.held.end) + " of '" +
                               name + "' (" + format_shape(slot.shard_shape()) +
                               "): the checkpoint was sharded over another number of ranks");
-      rows = value;
+      mine.set_tensor(key, value);
     }
-    auto found = buffers.find(flat_key);
-    if (found == buffers.end())
-      found = buffers.emplace(flat_key, layout.new_buffer(slot.dtype, step.shard_parameter(slot.dtype).device())).first;
-    layout.shard_of_buffer(found->second, index).copy_(rows);
-    filled[flat_key].insert(index);
+    filled[buffer].insert(index);
   }
   // A per-element buffer must cover every slot this rank holds rows of: a missing one would resume silently at 0.
-  for (const auto& [flat_key, slots] : filled) {
-    for (std::size_t i = 0; i < layout.slots().size(); ++i) {
-      const Slot& slot = layout.slots()[i];
-      if (flat_key.rfind(dtype_key(slot.dtype) + "/", 0) != 0 || slot.shard_numel() == 0 || slots.count(i)) continue;
-      throw CheckpointError(what + ": optimizer state tensor '" + slot.name + "/" +
-                            flat_key.substr(flat_key.find('/') + 1) + "' is missing");
-    }
-  }
-  for (auto& [flat_key, buffer] : buffers) flat.set_tensor(flat_key, buffer);
+  for (const auto& [buffer, slots] : filled)
+    for (const auto& [name, tensor] : shards)
+      if (!slots.count(layout.index_of(name)))
+        throw CheckpointError(what + ": optimizer state tensor '" + name + "/" + buffer + "' is missing");
   try {
-    import_optimizer_state(optimizer, flat_parameters(step), flat);
+    import_optimizer_state(optimizer, shards, mine);
   } catch (const CheckpointError& e) {
     throw CheckpointError(what + ": " + e.what());
   }

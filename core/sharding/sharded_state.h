@@ -7,8 +7,9 @@
 // starts as the scalar "rows/<tensor>" = begin. So a file is readable without the run's layout, the model's full
 // tensors are assembled from any set of files covering every row (a sharded run's evaluation, or `baton eval` on
 // its checkpoint), and a later reader may take only the rows it needs. A rank holding no rows of a tensor writes
-// nothing for it. Optimizer state that is not per element (Adam's step count) is kept per dtype under
-// "shard:<dtype>/<buffer>", as the flat shard parameter holds it.
+// nothing for it. Optimizer state that is not per element (Adam's step count) is kept as the optimizer keeps it, per
+// parameter ("fc.weight/step"); checkpoints written when a rank's shard was one flat tensor per dtype kept it as
+// "shard:<dtype>/<buffer>" and still load.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -148,7 +148,7 @@ at::Tensor ShardedStep::run(const torch::nn::Module& module, const UnitForward& 
   call->generator_state = generator_state(call->generator);
   if (recompute_context_) call->context = recompute_context_();
   // A scalar leaf per call: requires a gradient, so autograd runs the unit's backward; its own gradient is none.
-  at::Tensor anchor = at::empty({0}, shards_.front().options().requires_grad(false)).requires_grad_(true);
+  at::Tensor anchor = at::empty({0}, parameters_.front().options().requires_grad(false)).requires_grad_(true);
   return UnitFunction::apply(input, anchor, std::move(call));
 }
 
@@ -167,7 +167,7 @@ void ShardedStep::gather_unit(std::size_t u, bool values) {
   for (std::size_t b : unit.buckets) {
     const Bucket& bucket = buckets_[b];
     if (bucket.numel() == 0) continue;
-    at::Tensor shard = shard_parameter(bucket.dtype).detach().narrow(0, bucket.begin, bucket.numel());
+    at::Tensor shard = own_part(b);
     at::Tensor gathered = communicator_ ? communicator_->all_gather(shard) : shard;
     layout_.unpack_into(gathered, parameters_, bucket);
   }
@@ -195,7 +195,7 @@ void ShardedStep::reduce_unit(std::size_t u) {
     if (bucket.numel() == 0) continue;
     at::Tensor mine = reduce_bucket(bucket, grads, /*release=*/true);
     // Added: microbatches' backwards each add their part, as gradients accumulate.
-    shard_grad(dtype_index(bucket.dtype)).narrow(0, bucket.begin, bucket.numel()).add_(mine);
+    grad_buffer(dtype_index(bucket.dtype)).narrow(0, bucket.begin, bucket.numel()).add_(mine);
   }
 }
 

@@ -1,35 +1,43 @@
 #pragma once
-// The ZeRO-1 / ZeRO-2 step over the layout (layout.h): each rank keeps the optimizer state of its shard only.
+// The ZeRO-1 / ZeRO-2 / ZeRO-3 step over the layout (layout.h): each rank keeps the optimizer state of its shard only.
 //
-//   backward (the model's full .grad)  ->  reduce_gradients(): pack, one reduce-scatter (mean) per bucket; the
-//   results make the .grad of the rank's shard parameters  ->  optimizer.step() over the shard parameters  ->
-//   gather_parameters(): one all-gather per bucket, unpacked into the model's parameters in place.
+//   backward (the model's full .grad)  ->  each bucket reduce-scattered (mean) as soon as the backward has produced
+//   its gradients (reduce_during_backward), the rest by reduce_gradients(); the results make the .grad of the
+//   rank's shard parameters  ->  optimizer.step() over the shard parameters  ->  gather_parameters(): one
+//   all-gather per bucket, unpacked into the model's parameters in place.
 //
-// A bucket is a run of consecutive slots of one dtype of about `bucket_bytes` per rank (Layout::buckets; DDP's
-// 25 MB by default), so the buffers the collectives need (the packed gradients, W times a bucket; the gathered
-// parameters, likewise) are a bucket's size rather than the model's, and zero2 releases each bucket's full
-// gradients as soon as they are packed. Every element is reduced and gathered exactly as with one bucket per dtype.
+// A bucket is a run of consecutive slots of one dtype whose collective moves about `bucket_bytes` (the whole
+// bucket, every rank's part: DDP's bucket_cap_mb, 25 MB by default; Layout::buckets), so the buffers a collective
+// needs are a bucket's size rather than the model's, and zero2 releases each bucket's full gradients as soon as
+// they are packed. Kept at most 25 MB, those buffers come back from the C library's heap on every step instead of
+// being mapped afresh (glibc maps an allocation above 32 MB anew each time: a page fault per 4 KiB, measured at
+// 1.7 GB/s here against 9 GB/s for a copy into memory already touched). Every element is reduced and gathered
+// exactly as with one bucket per dtype.
 //
-// The rank's shard of the parameters is held as ONE flat leaf tensor per dtype (the layout's buffer, padding
-// included), so the optimizer is built over those few tensors with any factory taking std::vector<at::Tensor>
-// (OptimizerFactory in baton/components.h) and its state (momentum, Adam's moments) exists for the shard alone.
-// That is exact for element-wise optimizers (SGD with momentum, weight decay and Nesterov; Adam, AdamW): each
-// element's update reads only that element's parameter, gradient and state, so one flat tensor steps every element
-// as the per-tensor optimizer would. It is NOT exact for optimizers that use a per-tensor norm (LAMB's trust ratio,
-// LARS): over a flat shard they would take the norm of many tensors' pieces at once, and even over one tensor's
-// shard the norm would be the local piece's, not the tensor's.
+// The optimizer steps one leaf tensor per parameter (shard_parameters()), this rank's rows of it, so it keeps
+// state (momentum, Adam's moments) for those rows alone, under the parameter's name, as an unsharded optimizer
+// keeps it per tensor. Under zero1 and zero2 that leaf IS the rows of the model's own parameter (an alias of its
+// storage, no copy): the model holds its parameters whole between steps anyway, so a separate copy of the shard
+// would only add 4/W bytes per parameter. Under zero3 the units' shards live in one flat buffer per dtype (the
+// layout's, padding included; the only copy of a released unit) and the leaves are views into it. The shard
+// gradients are views into one flat buffer per dtype (zero2, zero3) or the rows of the model's full gradient
+// (zero1, which keeps it whole). That is exact for element-wise optimizers (SGD with momentum, weight decay and
+// Nesterov; Adam, AdamW): each element's update reads only that element's parameter, gradient and state. It is
+// NOT exact for optimizers that use a per-tensor norm (LAMB's trust ratio, LARS): over a shard they would take the
+// norm of the rank's rows, not the tensor's.
 //
-// The padding elements of each shard parameter start at 0 and stay exactly 0: their gradient is always 0 (pack()
-// zeroes the padding on every rank, so the reduce-scatter sums zeros), an element-wise optimizer's state for them
-// stays 0 (momentum and moments of zero gradients), and weight decay is proportional to the parameter itself
-// (SGD's g + wd * p, Adam's coupled or AdamW's decoupled p * (1 - lr * wd)), so 0 decays to 0. A norm or sum over a
-// whole shard buffer thus counts real elements only.
+// Reducing in the backward: with reduce_during_backward(true) a hook after each parameter's gradient accumulation
+// counts the bucket's gradients, and a bucket whose gradients are all there is reduce-scattered at once (zero2
+// then releases them), so the whole model's gradients never exist at once. Buckets are reduced in one fixed order
+// (the last first, as the backward produces them): a bucket waits for those after it, so every rank issues the same
+// collectives in the same order even where a rank's graph leaves a parameter without a gradient; what the backward
+// did not complete, reduce_gradients() reduces after it, in the same order.
 //
 // Stages (zero1 and zero2 keep the full parameters on every rank between steps, so forward and backward run
 // unchanged):
-//   zero1: the optimizer state is sharded. The model's full .grad is kept after the reduce, as this rank's own
-//          (not averaged) gradients, for consumers after the backward; zero_grad() releases it. FSDP has no name
-//          for it.
+//   zero1: the optimizer state is sharded. The model's full .grad is kept after the reduce: this rank's rows of it
+//          hold the mean over the ranks (they are the shard's gradient), the other rows this rank's own
+//          gradients; zero_grad() releases it. FSDP has no name for it.
 //   zero2: the gradients too: the model's full .grad is released (set undefined) right after it is packed, so only
 //          the shard's gradient outlives the reduce. FSDP1's SHARD_GRAD_OP; FSDP2's reshard_after_forward=False.
 //   zero3: the parameters too: those of each unit (a sub-module, baton/unit.h) exist in full only while the unit
@@ -60,6 +68,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -92,7 +101,7 @@ class ShardedStep : public detail::UnitRunner {
   /// must hold the same values on every rank (the trainer broadcasts them first), be floating-point and share one
   /// device. `communicator`: the run's, lent for the object's lifetime; null for a world of one. Throws Error naming
   /// the parameter that is undefined, not floating-point, on another device, or named twice.
-  /// `bucket_bytes`: a rank's part of each collective (the buckets above).
+  /// `bucket_bytes`: what each collective moves, every rank's part together (the buckets above).
   /// `units` (zero3 only; others refuse them): the units, outermost first or in any order; each must own at least
   /// one sharded parameter (Error naming it otherwise). The step is built with the model whole; zero3 releases the
   /// units' parameters at release_units().
@@ -109,20 +118,27 @@ class ShardedStep : public detail::UnitRunner {
   /// The model's sharded parameters (those requiring a gradient), in the layout's order.
   const std::vector<at::Tensor>& model_parameters() const { return parameters_; }
 
-  /// This rank's shards of the parameters: one flat leaf tensor per dtype, in layout().dtypes() order, of
-  /// layout().buffer_numel(dtype) elements (padding included). Build the optimizer over these.
-  const std::vector<at::Tensor>& shard_parameters() const { return shards_; }
-  /// The shard parameter of `dtype`; throws Error when no sharded parameter has that dtype.
-  const at::Tensor& shard_parameter(at::ScalarType dtype) const;
-  /// Parameter `name`'s rows held by this rank, as a view into its shard parameter (of Slot::shard_shape()).
+  /// This rank's shards of the parameters: one leaf tensor per parameter of which this rank holds rows (a rank may
+  /// hold none of a small one), of Slot::shard_shape(), in the layout's order. Build the optimizer over these.
+  const std::vector<at::Tensor>& shard_parameters() const { return shard_params_; }
+  /// Those parameters' names (shard_parameters() beside them), as the optimizer's state is exported.
+  NamedTensors named_shard_parameters() const;
+  /// Parameter `name`'s rows held by this rank (of Slot::shard_shape(); [0, ...] where it holds none), detached:
+  /// for reading and writing values (the EMA, a checkpoint) outside the optimizer's autograd.
   at::Tensor shard_of(const std::string& name) const;
 
-  /// Copies this rank's rows of the model's current parameters into the shard parameters (padding stays 0): after
-  /// the model's values were replaced outside the step (the trainer's broadcast of rank 0's, a loaded checkpoint).
+  /// After the model's values were replaced outside the step (the trainer's broadcast of rank 0's, a loaded
+  /// checkpoint): zero3 copies this rank's rows of the units into its shards; zero1, zero2 and the root's rows alias
+  /// the model's parameters and follow them, unless a parameter's storage itself was replaced (set_data), which
+  /// this re-aliases.
   void load_parameters();
-  /// After the backward: packs the model's gradients (an undefined .grad as zeros) bucket by bucket,
-  /// reduce-scatters each with the mean over the ranks (one collective per bucket) into the .grad of the shard
-  /// parameters, replacing any gradient they held. zero2 releases the model's .grad right after packing it.
+  /// Arms (true) or disarms the reduce of each bucket as soon as the backward has produced its gradients (zero1,
+  /// zero2; zero3 reduces its units in their own backward and its root after it). For a step's last backward: with
+  /// microbatches, the earlier backwards accumulate the model's gradients unreduced. reduce_gradients() disarms it.
+  void reduce_during_backward(bool armed);
+  /// After the backward: reduce-scatters, with the mean over the ranks, every bucket the backward has not (an
+  /// undefined .grad counting as zeros), one collective per bucket, into the .grad of the shard parameters. zero2
+  /// releases the model's .grad right after packing it.
   void reduce_gradients();
   /// After the optimizer stepped the shard parameters: all-gathers the shard parameters bucket by bucket (one
   /// collective per bucket) and writes the full values into the model's parameters in place, so every parameter keeps its
@@ -175,7 +191,22 @@ class ShardedStep : public detail::UnitRunner {
   std::vector<at::Tensor> parameters_;  // the model's own tensors, one per slot
   Layout layout_;
   std::vector<Bucket> buckets_;
-  std::vector<at::Tensor> shards_;  // beside layout_.dtypes()
+  std::vector<at::Tensor> storage_;       // zero3: the units' shards, one flat buffer beside layout_.dtypes()
+  std::vector<at::Tensor> grad_buffers_;  // zero2, zero3: the flat shard gradients, beside layout_.dtypes()
+  std::vector<at::Tensor> shard_params_;  // the leaves the optimizer steps
+  std::vector<std::size_t> slot_of_shard_;
+  std::vector<int> shard_of_slot_;  // index into shard_params_, -1 where this rank holds no rows
+
+  // The reduce in the backward (zero1, zero2).
+  std::vector<int> bucket_of_slot_;    // -1 for a slot of no elements
+  std::vector<int> pending_;           // per bucket: its slots' gradients not yet accumulated by this backward
+  std::vector<char> reduced_;          // per bucket: reduced this step
+  std::size_t unreduced_ = 0;          // buckets [0, unreduced_) wait: the ones after are reduced
+  bool armed_ = false;
+  struct Hook;
+  std::shared_ptr<ShardedStep*> self_;  // the hooks hold it weakly
+  std::vector<std::shared_ptr<void>> accumulators_;  // each parameter's gradient accumulator, kept alive
+  std::vector<std::pair<void*, std::uintptr_t>> hooks_;  // (accumulator node, hook key)
 
   struct UnitState {
     std::vector<std::size_t> slots;    // the slots it owns
@@ -192,14 +223,26 @@ class ShardedStep : public detail::UnitRunner {
   RecomputeContext recompute_context_;
 
   std::size_t unit_index(const torch::nn::Module& module) const;
-  /// Parameter i's gradient, zeros when it has none; throws Error naming a sparse one.
-  at::Tensor dense_grad(std::size_t i) const;
+  /// Parameter i's gradient, zeros when it has none; throws Error naming a sparse one. zero1 keeps the zeros as the
+  /// model's .grad, whose rows are the shard's gradient.
+  at::Tensor dense_grad(std::size_t i);
   /// One bucket of `grads` packed and reduce-scattered (mean): this rank's part. `release`: the bucket's full
   /// gradients (in `grads` and on the model) are dropped before the collective.
   at::Tensor reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release);
+  /// Reduces bucket b (zero1, zero2, zero3's root) into the shard gradients and marks it done for this step.
+  void reduce_now(std::size_t b);
+  /// A parameter's gradient was accumulated by the backward (the hook): reduces the buckets now complete, in order.
+  void gradient_ready(std::size_t slot);
+  /// This rank's part of bucket b's current parameter values ([b.numel()], padding zeroed): what it all-gathers.
+  at::Tensor own_part(std::size_t b) const;
   std::size_t dtype_index(at::ScalarType dtype) const;
-  /// The shard parameter's gradient of `dtype`, allocated as zeros when undefined.
-  at::Tensor& shard_grad(std::size_t dtype_index);
+  /// The flat shard gradient of dtype k (zero2, zero3), allocated as zeros with every shard parameter's .grad a
+  /// view of it when undefined.
+  at::Tensor& grad_buffer(std::size_t dtype_index);
+  /// Every bucket waits for its gradients again (the start of a step's backward).
+  void reset_backward();
+  void add_hooks();
+  void remove_hooks();
 };
 
 }  // namespace baton::sharding

@@ -207,8 +207,8 @@ std::string Checkpointer::write_sharded(const std::string& name, const Checkpoin
   Communicator* comm = options_.communicator.get();
   at::Tensor all = at::tensor(record, at::kLong);
   // On the shards' device, as the backend needs (NCCL: CUDA tensors); a model with nothing to shard has none.
-  const auto& shards = sharded_->shard_parameters();
-  if (comm) all = comm->all_gather(shards.empty() ? all : all.to(shards.front().device())).cpu();
+  const auto& model = sharded_->model_parameters();
+  if (comm) all = comm->all_gather(model.empty() ? all : all.to(model.front().device())).cpu();
   if (failed) std::rethrow_exception(failed);
   const std::int64_t* fields = all.data_ptr<std::int64_t>();
   std::vector<SharedFile> shared;

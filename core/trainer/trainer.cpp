@@ -276,7 +276,9 @@ void Trainer::Impl::forward_backward_batches() {
   const std::int64_t n = state.batch.size();
   const std::int64_t step = options.microbatch_size;
   if (step <= 0 || step >= n) {
-    backward(step_once());
+    const at::Tensor loss = step_once();
+    if (sharded) sharded->reduce_during_backward(true);  // each bucket reduced as its gradients complete
+    backward(loss);
     fire(Event::after_backward);
     return;
   }
@@ -287,6 +289,9 @@ void Trainer::Impl::forward_backward_batches() {
     const std::int64_t end = std::min(n, begin + step);
     state.batch = whole.slice(begin, end);
     const at::Tensor weighted = step_once() * (static_cast<double>(end - begin) / static_cast<double>(n));
+    // Sharded, the last microbatch's backward reduces each bucket as its gradients complete; the earlier ones
+    // accumulate the model's gradients unreduced.
+    if (sharded) sharded->reduce_during_backward(end == n);
     backward(weighted);
     fire(Event::after_backward);
     // Detached at once: a microbatch's graph is freed after its backward, which is what microbatching is for.
