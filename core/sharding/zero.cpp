@@ -141,6 +141,7 @@ ShardedStep::ShardedStep(const NamedTensors& parameters, Communicator* communica
       layout_.write_shards(parameters_, storage_.back());
     }
   grad_buffers_.resize(layout_.dtypes().size());
+  grads_live_.assign(layout_.dtypes().size(), 0);
   shard_of_slot_.assign(slots.size(), -1);
   for (std::size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].shard_numel() == 0) continue;
@@ -193,10 +194,18 @@ std::size_t ShardedStep::dtype_index(at::ScalarType dtype) const {
 
 at::Tensor& ShardedStep::grad_buffer(std::size_t k) {
   at::Tensor& buffer = grad_buffers_[k];
-  if (buffer.defined()) return buffer;
-  std::size_t first = 0;
-  while (layout_.slots()[first].dtype != layout_.dtypes()[k]) ++first;
-  buffer = layout_.new_buffer(layout_.dtypes()[k], parameters_[first].device());
+  if (grads_live_[k]) return buffer;
+  grads_live_[k] = 1;
+  // Kept from step to step: a buffer of the shard's size allocated afresh each step would be mapped anew (above
+  // 32 MB the C library maps each allocation, a page fault per 4 KiB). zero2 overwrites every bucket of it; zero3's
+  // units add into it, so it starts from zeros.
+  if (buffer.defined()) {
+    if (stage_ == ZeroStage::zero3) buffer.zero_();
+  } else {
+    std::size_t first = 0;
+    while (layout_.slots()[first].dtype != layout_.dtypes()[k]) ++first;
+    buffer = layout_.new_buffer(layout_.dtypes()[k], parameters_[first].device());
+  }
   // Views, detached: a plain tensor (not an autograd view) that an optimizer's zero_grad may detach in place.
   for (std::size_t s = 0; s < shard_params_.size(); ++s)
     if (layout_.slots()[slot_of_shard_[s]].dtype == layout_.dtypes()[k])
@@ -368,7 +377,7 @@ void ShardedStep::gather_parameters() {
 
 void ShardedStep::zero_grad() {
   for (const at::Tensor& shard : shard_params_) shard.mutable_grad() = at::Tensor();
-  for (at::Tensor& buffer : grad_buffers_) buffer = at::Tensor();
+  grads_live_.assign(grads_live_.size(), 0);  // the buffers stay, for the next step's gradients
   for (const at::Tensor& parameter : parameters_) parameter.mutable_grad() = at::Tensor();
   reset_backward();
 }

@@ -146,7 +146,8 @@ class ShardedStep : public detail::UnitRunner {
   void gather_parameters();
   /// Releases the gradients of the shard parameters and of the model's sharded parameters (sets them undefined).
   /// Where the trainer zeroes the optimizer's gradients before a backward: an optimizer over the shard parameters
-  /// no longer sees the model's, and under zero1 they would otherwise accumulate over steps.
+  /// no longer sees the model's, and under zero1 they would otherwise accumulate over steps. zero2 and zero3 keep the
+  /// memory behind the shard gradients for the next step's.
   void zero_grad();
 
   // --- zero3 ---
@@ -193,6 +194,7 @@ class ShardedStep : public detail::UnitRunner {
   std::vector<Bucket> buckets_;
   std::vector<at::Tensor> storage_;       // zero3: the units' shards, one flat buffer beside layout_.dtypes()
   std::vector<at::Tensor> grad_buffers_;  // zero2, zero3: the flat shard gradients, beside layout_.dtypes()
+  std::vector<char> grads_live_;          // beside them: the shard parameters' .grad are views of it this step
   std::vector<at::Tensor> shard_params_;  // the leaves the optimizer steps
   std::vector<std::size_t> slot_of_shard_;
   std::vector<int> shard_of_slot_;  // index into shard_params_, -1 where this rank holds no rows
@@ -236,8 +238,8 @@ class ShardedStep : public detail::UnitRunner {
   /// This rank's part of bucket b's current parameter values ([b.numel()], padding zeroed): what it all-gathers.
   at::Tensor own_part(std::size_t b) const;
   std::size_t dtype_index(at::ScalarType dtype) const;
-  /// The flat shard gradient of dtype k (zero2, zero3), allocated as zeros with every shard parameter's .grad a
-  /// view of it when undefined.
+  /// The flat shard gradient of dtype k (zero2, zero3), with every shard parameter's .grad a view of it from its
+  /// first use in a step (allocated once, zeroed for zero3).
   at::Tensor& grad_buffer(std::size_t dtype_index);
   /// Every bucket waits for its gradients again (the start of a step's backward).
   void reset_backward();
