@@ -12,6 +12,8 @@
 //           the shard parameters, Adam's moments, the EMA; each storage counted once (zero1/zero2's shard
 //           parameters are the rows of the model's own, zero1's shard gradients the rows of its whole gradients);
 //   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end;
+//   tensors the peak of its live tensor storage over the same span (LibTorch's CPU allocator wrapped to count it):
+//           the peak above less what the C library keeps resident of memory already freed;
 //   sent    bytes over the loopback interface per step (its counters, all ranks together, divided by W), from the
 //           kernel, not from the code;
 //   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), and rank 0's per phase.
@@ -21,7 +23,8 @@
 // parameter bytes sent per step, 3 (W - 1)/W under zero3). The forward runs each part through baton::run_unit, as
 // Sequential models do in the trainer, and the EMA follows zero3's rows as the ema plugin does.
 // Last line: RESULT zero1_state_vs_formula=... zero2_state_vs_formula=... zero1_peak_vs_formula=...
-//            zero2_peak_vs_formula=...
+//            zero2_peak_vs_formula=... zero1_tensor_peak_vs_formula=... zero2_tensor_peak_vs_formula=...
+//            zero3_tensor_peak_vs_formula=...
 //            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
 //            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
 //   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4]
@@ -29,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +44,8 @@
 #include <vector>
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/cross_entropy_loss.h>
@@ -113,9 +119,52 @@ torch::nn::Sequential make_model() {
   return model;
 }
 
+// Wraps LibTorch's CPU allocator to count the bytes of live tensor storage and their peak: what the rank's tensors
+// need at most, apart from what the C library keeps resident after they are freed (VmHWM counts that too).
+// LibTorch 1.13 declares allocate() const; from 2.3 it is not, and copy_data() is to be defined: both are given,
+// and each version overrides the one it declares.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) const { return counted(n); }
+  c10::DataPtr allocate(size_t n) { return counted(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  std::int64_t live() const { return live_.load(); }
+  std::int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(live_.load()); }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;
+    std::int64_t bytes;
+    const CountingAllocator* owner;
+  };
+  static void release(void* context) {
+    auto* block = static_cast<Block*>(context);
+    block->owner->live_ -= block->bytes;
+    delete block;
+  }
+  c10::DataPtr counted(size_t n) const {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    auto* block = new Block{std::move(inner), static_cast<std::int64_t>(n), this};
+    const std::int64_t now = live_ += block->bytes;
+    std::int64_t seen = peak_.load();
+    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
+    }
+    return {data, block, &release, device};
+  }
+  c10::Allocator* base_;
+  mutable std::atomic<std::int64_t> live_{0}, peak_{0};
+};
+
 // One rank's run: prints "rank R state=... peak=... sent=... step=..." on stdout.
 int run_rank(int rank, int world, const std::string& mode, int port, int steps, std::int64_t bucket_bytes) {
   const std::int64_t rss_before = status_kib("VmHWM:");
+  static CountingAllocator counting(c10::GetCPUAllocator());
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  const std::int64_t live_before = counting.live();
   baton::DistributedEnv env;
   env.rank = rank;
   env.world_size = world;
@@ -213,15 +262,16 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
   if (comm) comm->barrier();
   const std::int64_t sent = loopback_sent() - sent_before;
   const double peak = static_cast<double>(status_kib("VmHWM:") - rss_before) * 1024.0;
+  const double tensor_peak = static_cast<double>(counting.peak() - live_before);
   const double timed = steps - 1;
-  std::printf("rank %d state=%lld peak=%.0f sent=%.0f step=%.6f phases=%.3f/%.3f/%.3f/%.3f/%.3f\n", rank,
-              static_cast<long long>(state), peak, static_cast<double>(sent) / timed / world, seconds / timed,
+  std::printf("rank %d state=%lld peak=%.0f tensors=%.0f sent=%.0f step=%.6f phases=%.3f/%.3f/%.3f/%.3f/%.3f\n", rank,
+              static_cast<long long>(state), peak, tensor_peak, static_cast<double>(sent) / timed / world, seconds / timed,
               phases[0] / timed, phases[1] / timed, phases[2] / timed, phases[3] / timed, phases[4] / timed);
   return 0;
 }
 
 struct Measured {
-  double state = 0, peak = 0, sent = 0, step = 0;  // the largest over the ranks (sent: the average)
+  double state = 0, peak = 0, tensors = 0, sent = 0, step = 0;  // the largest over the ranks (sent: the average)
   std::string phases;                              // rank 0's seconds per phase
 };
 
@@ -262,15 +312,16 @@ Measured run_world(const char* self, int world, const std::string& mode, int ste
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       throw std::runtime_error("rank " + std::to_string(r) + " of " + mode + " at W = " + std::to_string(world) +
                                " failed: " + out);
-    double state = 0, peak = 0, sent = 0, step = 0;
+    double state = 0, peak = 0, tensors = 0, sent = 0, step = 0;
     int rank = 0;
     char phases[128] = {};
-    if (std::sscanf(out.c_str(), "rank %d state=%lf peak=%lf sent=%lf step=%lf phases=%127s", &rank, &state, &peak,
-                    &sent, &step, phases) != 6)
+    if (std::sscanf(out.c_str(), "rank %d state=%lf peak=%lf tensors=%lf sent=%lf step=%lf phases=%127s", &rank,
+                    &state, &peak, &tensors, &sent, &step, phases) != 7)
       throw std::runtime_error("rank " + std::to_string(r) + " printed: " + out);
     if (r == 0) m.phases = phases;
     m.state = std::max(m.state, state);
     m.peak = std::max(m.peak, peak);
+    m.tensors = std::max(m.tensors, tensors);
     m.sent = sent;
     m.step = std::max(m.step, step);
   }
@@ -309,8 +360,9 @@ int main(int argc, char** argv) {
   const double parameters = 784.0 * 1024 + 1024 + 24 * (1024.0 * 1024 + 1024) + 1024.0 * 10 + 10;
   std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; buckets of %d MB; %d steps, the first "
               "untimed\n", parameters / 1e6, parameters * 4 / 1e6, bucket_mb, steps);
-  std::printf("%-6s %2s %12s %9s %9s %12s %9s %11s %9s %9s  %s\n", "mode", "W", "state MB", "B/param", "formula",
-              "peak MB", "B/param", "sent MB", "vs ring", "step s", "s: backward(+reduce)/reduce/adam/gather/ema");
+  std::printf("%-6s %2s %10s %8s %8s %10s %8s %10s %8s %10s %8s %8s  %s\n", "mode", "W", "state MB", "B/param",
+              "formula", "peak MB", "B/param", "tensors MB", "B/param", "sent MB", "vs ring", "step s",
+              "s: backward(+reduce)/reduce/adam/gather/ema");
   std::map<std::string, Measured> at2;
   double unsharded = 0;
   std::istringstream list(worlds);
@@ -323,8 +375,9 @@ int main(int argc, char** argv) {
       const double per_param = r.state / parameters;
       if (w == 1 && std::string(m) == "none") unsharded = per_param;
       const double ring = w > 1 ? (std::string(m) == "zero3" ? 3.0 : 2.0) * (w - 1) / w * parameters * 4 : 0;
-      std::printf("%-6s %2d %12.1f %9.2f %9.2f %12.1f %9.2f %11.1f %9s %9.3f  %s\n", m, w, r.state / 1e6, per_param,
-                  formula(m, w), r.peak / 1e6, r.peak / parameters, r.sent / 1e6,
+      std::printf("%-6s %2d %10.1f %8.2f %8.2f %10.1f %8.2f %10.1f %8.2f %10.1f %8s %8.3f  %s\n", m, w, r.state / 1e6,
+                  per_param, formula(m, w), r.peak / 1e6, r.peak / parameters, r.tensors / 1e6,
+                  r.tensors / parameters, r.sent / 1e6,
                   ring > 0 ? std::to_string(r.sent / ring).substr(0, 5).c_str() : "-", r.step, r.phases.c_str());
       std::fflush(stdout);
       if (w == 2) at2[m] = r;
@@ -340,10 +393,14 @@ int main(int argc, char** argv) {
   const double zero3_peak_formula = formula("zero3", 2) + 8 * largest_unit / parameters;
   if (unsharded > 0) std::printf("unsharded (none at W = 1): %.2f bytes per parameter (formula 20)\n", unsharded);
   std::printf("RESULT zero1_state_vs_formula=%.3f zero2_state_vs_formula=%.3f zero1_peak_vs_formula=%.3f "
-              "zero2_peak_vs_formula=%.3f sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
+              "zero2_peak_vs_formula=%.3f zero1_tensor_peak_vs_formula=%.3f zero2_tensor_peak_vs_formula=%.3f "
+              "zero3_tensor_peak_vs_formula=%.3f sent_vs_ring=%.3f zero1_step_vs_ddp=%.3f zero2_step_vs_ddp=%.3f zero3_state_vs_formula=%.3f "
               "zero3_peak_vs_formula=%.3f zero3_sent_vs_ring=%.3f zero3_step_vs_ddp=%.3f\n",
               at2["zero1"].state / parameters / formula("zero1", 2), at2["zero2"].state / parameters / formula("zero2", 2),
-              at2["zero1"].peak / parameters / formula("zero1", 2), at2["zero2"].peak / parameters / formula("zero2", 2), at2["zero2"].sent / ring2,
+              at2["zero1"].peak / parameters / formula("zero1", 2), at2["zero2"].peak / parameters / formula("zero2", 2),
+              at2["zero1"].tensors / parameters / formula("zero1", 2),
+              at2["zero2"].tensors / parameters / formula("zero2", 2),
+              at2["zero3"].tensors / parameters / zero3_peak_formula, at2["zero2"].sent / ring2,
               at2["zero1"].step / at2["none"].step, at2["zero2"].step / at2["none"].step,
               at2["zero3"].state / parameters / formula("zero3", 2), at2["zero3"].peak / parameters / zero3_peak_formula,
               at2["zero3"].sent / (1.5 * ring2), at2["zero3"].step / at2["none"].step);
