@@ -433,27 +433,31 @@ TEST_SUITE("distributed_cli") {
     CHECK(r.out.find("rendezvous") == std::string::npos);
   }
 
-  TEST_CASE("a rank killed mid-run: launch ends the others and fails naming the rank") {
-    auto dir = baton::test::scratch_dir("dist-kill");
-    write_config(dir / "cfg.toml", "long", 8, "");
-    // Long enough never to finish during the test; killed once training is under way (rank 0 prints progress after
-    // the rendezvous).
-    const KilledLaunch launch = launch_killing_rank1(
-        dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "trainer.max_duration=100000ep", "--set",
-              "trainer.log_interval=1ba"},
-        [](const std::string& line) {
-          return line.find("[rank 0] ") != std::string::npos && line.find("loss") != std::string::npos;
-        });
-    const std::string& out = launch.out;
-    const int raw = launch.status;
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch.sent_at).count();
-    INFO(out);
-    REQUIRE(launch.sent);
-    CHECK(WIFEXITED(raw));
-    CHECK(WEXITSTATUS(raw) == 1);
-    CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
-    MESSAGE("launch ended " << seconds << " s after the kill");
-    CHECK(seconds < 60);
+  TEST_CASE("a rank killed mid-run: launch ends the others and fails naming the rank; zero3 too, mid all-gathers") {
+    // zero3 all-gathers each unit in its forward and again in its backward: a kill lands amid its collectives.
+    for (const std::string sharding : {"none", "zero3"}) {
+      CAPTURE(sharding);
+      auto dir = baton::test::scratch_dir("dist-kill-" + sharding);
+      write_config(dir / "cfg.toml", "long", 8, "");
+      // Long enough never to finish during the test; killed once training is under way (rank 0 prints progress
+      // after the rendezvous).
+      const KilledLaunch launch = launch_killing_rank1(
+          dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "trainer.max_duration=100000ep", "--set",
+                "trainer.log_interval=1ba", "--set", "distributed.sharding=" + sharding},
+          [](const std::string& line) {
+            return line.find("[rank 0] ") != std::string::npos && line.find("loss") != std::string::npos;
+          });
+      const std::string& out = launch.out;
+      const int raw = launch.status;
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch.sent_at).count();
+      INFO(out);
+      REQUIRE(launch.sent);
+      CHECK(WIFEXITED(raw));
+      CHECK(WEXITSTATUS(raw) == 1);
+      CHECK(out.find("baton launch: failed: rank 1 was killed by signal 9") != std::string::npos);
+      MESSAGE("sharding " << sharding << ": launch ended " << seconds << " s after the kill");
+      CHECK(seconds < 60);
+    }
   }
 
   TEST_CASE("two launchers as two nodes (--nnodes 2, one rank each) end as one 2-rank launch does") {
