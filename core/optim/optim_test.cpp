@@ -80,6 +80,68 @@ TEST_SUITE("optim") {
     CHECK(at_batch(warm, 7) == doctest::Approx(1.0));
   }
 
+  TEST_CASE("Composer's other schedules, against their closed forms at every batch of a 20-batch run") {
+    // 20 batches, 5 an epoch. Warmup: batch b < w trains at (b + 1) / w.
+    const auto run = [](const LrSchedule& s, std::int64_t b) {
+      Progress p;
+      p.max_duration = Time(20, TimeUnit::batch);
+      p.batches_per_epoch = 5;
+      p.samples_per_epoch = 160;
+      p.now.batch = b;
+      return s(p);
+    };
+    const LrSchedule polynomial = schedule("polynomial", "warmup = \"2ba\"\npower = 2\nmin_lr_ratio = 0.1");
+    const LrSchedule step = schedule("step", "step_size = \"1ep\"\ngamma = 0.5");
+    const LrSchedule multistep = schedule("multistep", "milestones = [\"1ep\", \"12ba\", \"0.9dur\"]\ngamma = 0.1");
+    const LrSchedule exponential = schedule("exponential", "warmup = \"1ba\"\ngamma = 0.5\ndecay_period = \"4ba\"");
+    const LrSchedule restarts = schedule("cosine_restarts", "warmup = \"2ba\"\nt_0 = \"4ba\"\nt_mult = 2");
+    for (std::int64_t b = 0; b < 20; ++b) {
+      CAPTURE(b);
+      const double bd = static_cast<double>(b);
+      // polynomial: after 2 warmup batches, tau = (b - 2) / 18 of the rest.
+      const double tau = (bd - 2) / 18;
+      CHECK(run(polynomial, b) == doctest::Approx(b < 2 ? (bd + 1) / 2 : 0.1 + 0.9 * (1 - tau) * (1 - tau)));
+      // step: halved every 5 batches.
+      CHECK(run(step, b) == doctest::Approx(std::pow(0.5, static_cast<double>(b / 5))));
+      // multistep: milestones at batches 5, 12 and 18 (0.9 of 20).
+      const int reached = (b >= 5) + (b >= 12) + (b >= 18);
+      CHECK(run(multistep, b) == doctest::Approx(std::pow(0.1, reached)));
+      // exponential: one warmup batch at 1 / 1, then 0.5^(b / 4).
+      CHECK(run(exponential, b) == doctest::Approx(b < 1 ? 1.0 : std::pow(0.5, bd / 4)));
+      // cosine with warm restarts after 2 warmup batches: periods of 4, 8 and 16 batches from batch 2, so
+      // [2, 6), [6, 14), [14, 30).
+      double expected = (bd + 1) / 2;
+      if (b >= 2 && b < 6) expected = 0.5 * (1 + std::cos(M_PI * (bd - 2) / 4));
+      if (b >= 6 && b < 14) expected = 0.5 * (1 + std::cos(M_PI * (bd - 6) / 8));
+      if (b >= 14) expected = 0.5 * (1 + std::cos(M_PI * (bd - 14) / 16));
+      CHECK(run(restarts, b) == doctest::Approx(expected));
+    }
+    // Hand-computed points: a restart is back at the full rate, halfway through a period at half of it.
+    CHECK(run(restarts, 6) == doctest::Approx(1.0));
+    CHECK(run(restarts, 10) == doctest::Approx(0.5));
+    CHECK(run(multistep, 11) == doctest::Approx(0.1));
+    CHECK(run(multistep, 12) == doctest::Approx(0.01));
+  }
+
+  TEST_CASE("the other schedules' keys are checked, naming the key") {
+    const auto missing = test::error_text<ConfigError>([] { schedule("step", "gamma = 0.5"); });
+    CHECK(missing.find("step_size") != std::string::npos);
+    const auto zero = test::error_text<ConfigError>([] { schedule("step", "step_size = \"0ba\""); });
+    CHECK(zero.find("expected a time above 0") != std::string::npos);
+    const auto samples = test::error_text<ConfigError>([] { schedule("multistep", "milestones = [\"5ba\", \"3sp\"]"); });
+    CHECK(samples.find("\"3sp\" is in sp; milestones are in ba, ep or dur") != std::string::npos);
+    const auto bad = test::error_text<ConfigError>([] { schedule("multistep", "milestones = [\"soon\"]"); });
+    CHECK(bad.find("plugins.multistep.milestones") != std::string::npos);
+    const auto none = test::error_text<ConfigError>([] { schedule("multistep", "milestones = []"); });
+    CHECK(none.find("at least one time") != std::string::npos);
+    const auto gamma = test::error_text<ConfigError>([] { schedule("exponential", "gamma = 0"); });
+    CHECK(gamma.find("plugins.exponential.gamma") != std::string::npos);
+    const auto shrink = test::error_text<ConfigError>([] { schedule("cosine_restarts", "t_0 = \"2ep\"\nt_mult = 0.5"); });
+    CHECK(shrink.find("plugins.cosine_restarts.t_mult") != std::string::npos);
+    const auto unread = test::error_text<ConfigError>([] { schedule("step", "step_size = \"1ep\"\npower = 2"); });
+    CHECK(unread.find("unknown key 'power'") != std::string::npos);
+  }
+
   TEST_CASE("schedule keys are checked") {
     const auto unit = test::error_text<ConfigError>([] { schedule("cosine", "warmup = \"3sp\""); });
     CHECK(unit.find("plugins.cosine.warmup") != std::string::npos);
