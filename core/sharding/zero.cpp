@@ -236,14 +236,14 @@ void ShardedStep::load_parameters() {
     const std::size_t i = slot_of_shard_[s];
     // zero3's units: a view into their shards; everything else: this rank's rows of the model's parameter itself,
     // detached (a plain tensor sharing its storage, whose in-place updates the model sees).
-    at::Tensor rows = unit_of_slot_[i] >= 0 && stage_ == ZeroStage::zero3
-                          ? layout_.shard_of_buffer(storage_[dtype_index(layout_.slots()[i].dtype)], i).detach()
-                          : layout_.shard(parameters_[i].detach(), i).detach();
-    if (!shard_params_[s].defined())
+    if (!shard_params_[s].defined()) {
+      at::Tensor rows = unit_of_slot_[i] >= 0 && stage_ == ZeroStage::zero3
+                            ? layout_.shard_of_buffer(storage_[dtype_index(layout_.slots()[i].dtype)], i).detach()
+                            : layout_.shard(parameters_[i].detach(), i).detach();
       shard_params_[s] = rows.requires_grad_(true);
-    else
-      shard_params_[s].set_data(rows);  // the optimizer holds this tensor: it keeps its identity
+    }
   }
+  follow_parameters();
 }
 
 void ShardedStep::reset_backward() {
@@ -257,7 +257,22 @@ void ShardedStep::reset_backward() {
   }
 }
 
-void ShardedStep::reduce_during_backward(bool armed) { armed_ = armed && stage_ != ZeroStage::zero3; }
+void ShardedStep::follow_parameters() {
+  c10::NoGradGuard no_grad;
+  for (std::size_t s = 0; s < shard_params_.size(); ++s) {
+    const std::size_t i = slot_of_shard_[s];
+    if (stage_ == ZeroStage::zero3 && unit_of_slot_[i] >= 0) continue;
+    at::Tensor rows = layout_.shard(parameters_[i].detach(), i);
+    if (shard_params_[s].data_ptr() != rows.data_ptr()) shard_params_[s].set_data(rows.detach());
+  }
+}
+
+void ShardedStep::reduce_during_backward(bool armed) {
+  // A plugin may have given a parameter new storage since the last step (channels_last converts the model at
+  // fit_start by set_data): the rows the optimizer steps follow it before this step's gradients arrive.
+  follow_parameters();
+  armed_ = armed && stage_ != ZeroStage::zero3;
+}
 
 void ShardedStep::gradient_ready(std::size_t slot) {
   if (!armed_) return;
@@ -270,6 +285,7 @@ void ShardedStep::gradient_ready(std::size_t slot) {
 
 void ShardedStep::reduce_gradients() {
   armed_ = false;
+  follow_parameters();
   // zero3 reduced each released unit's gradients in its backward, into the shard's gradient: the root's remain.
   // Before release_units() its units run whole, as zero2's parameters do, and are reduced here.
   const bool units_done = stage_ == ZeroStage::zero3 && released_;

@@ -129,8 +129,8 @@ class ShardedStep : public detail::UnitRunner {
 
   /// After the model's values were replaced outside the step (the trainer's broadcast of rank 0's, a loaded
   /// checkpoint): zero3 copies this rank's rows of the units into its shards; zero1, zero2 and the root's rows alias
-  /// the model's parameters and follow them, unless a parameter's storage itself was replaced (set_data), which
-  /// this re-aliases.
+  /// the model's parameters and follow them; a parameter given new storage (set_data: channels_last at fit_start)
+  /// is followed here and at the start of each step's reduce (reduce_during_backward, reduce_gradients).
   void load_parameters();
   /// Arms (true) or disarms the reduce of each bucket as soon as the backward has produced its gradients (zero1,
   /// zero2; zero3 reduces its units in their own backward and its root after it). For a step's last backward: with
@@ -243,6 +243,9 @@ class ShardedStep : public detail::UnitRunner {
   at::Tensor& grad_buffer(std::size_t dtype_index);
   /// Every bucket waits for its gradients again (the start of a step's backward).
   void reset_backward();
+  /// Re-aliases each leaf that is the rows of a model parameter (zero1, zero2, zero3's root) to the parameter's
+  /// current storage, where it was given new storage (set_data): the same leaf, which the optimizer holds.
+  void follow_parameters();
   void add_hooks();
   void remove_hooks();
 };

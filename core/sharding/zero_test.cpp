@@ -71,6 +71,17 @@ TEST_SUITE("sharded step") {
         CHECK(sharded.shard_parameters().at(0).unsafeGetTensorImpl() == shard.unsafeGetTensorImpl());
         CHECK(shard.equal(counting({7, 3}, at::kFloat, 5).narrow(0, r == 0 ? 0 : 4, r == 0 ? 4 : 3)));
         sharded.gather_parameters();
+        // New storage between steps (channels_last converts so at fit_start): the next reduce follows it, and the
+        // step then writes the parameter the model reads.
+        parameters[0].second.set_data(counting({7, 3}, at::kFloat, 7));
+        parameters[0].second.mutable_grad() = at::ones({7, 3});
+        sharded.reduce_gradients();
+        {
+          c10::NoGradGuard no_grad;
+          shard.sub_(shard.grad());  // a step of lr 1: every rank's rows minus the mean gradient, 1
+        }
+        sharded.gather_parameters();
+        CHECK(parameters[0].second.equal(counting({7, 3}, at::kFloat, 6)));
       });
     }
   }
