@@ -42,7 +42,8 @@ TEST_SUITE("components") {
     CHECK(c.datasets.find("fashion-mnist") != nullptr);
     CHECK(c.datasets.find("synthetic") != nullptr);
     CHECK(c.optimizers.names() == std::vector<std::string>{"adam", "adamw", "sgd"});
-    CHECK(c.schedulers.names() == std::vector<std::string>{"constant", "cosine", "linear"});
+    CHECK(c.schedulers.names() == std::vector<std::string>{"constant", "cosine", "cosine_restarts", "exponential",
+                                                           "linear", "multistep", "polynomial", "step"});
     CHECK(c.losses.find("cross_entropy") != nullptr);
     CHECK(c.metrics.find("accuracy") != nullptr);
     for (const auto* entry : c.models.entries()) {
