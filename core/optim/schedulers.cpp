@@ -31,31 +31,27 @@ Shape read_shape(const PluginConfig& c, bool decays) {
   return shape;
 }
 
-// Linear warmup to the full rate over `warm` batches: batch b (0-based) trains at (b + 1) / warm. Then `decay`
-// of the fraction t in [0, 1] of the batches after warmup, from 1 down to `floor`.
-template <class Decay>
-LrSchedule schedule(Shape shape, Decay decay) {
-  return [shape, decay](const Progress& p) {
-    const std::int64_t now = p.now.batch;
-    const std::int64_t warm = shape.warmup.value() == 0 ? 0 : p.to_batches(shape.warmup);
-    if (now < warm) return static_cast<double>(now + 1) / static_cast<double>(warm);
-    const std::int64_t total = p.to_batches(p.max_duration);
-    if (total <= warm) return 1.0;
-    const double t = std::min(1.0, static_cast<double>(now - warm) / static_cast<double>(total - warm));
-    return shape.floor + (1.0 - shape.floor) * decay(t);
-  };
-}
-
-// Linear warmup as above, then `after(now)` of the absolute batch count: the schedules whose times are the run's
-// own (a step every n batches, milestones), as Composer counts them.
+// Linear warmup to the full rate over `warm` batches: batch b (0-based) trains at (b + 1) / warm. Then
+// `after(progress, now, warm)` of the absolute batch count `now`.
 template <class After>
 LrSchedule stepped(Time warmup, After after) {
   return [warmup, after](const Progress& p) {
     const std::int64_t now = p.now.batch;
     const std::int64_t warm = warmup.value() == 0 ? 0 : p.to_batches(warmup);
     if (now < warm) return static_cast<double>(now + 1) / static_cast<double>(warm);
-    return after(p, now);
+    return after(p, now, warm);
   };
+}
+
+// After warmup, `decay` of the fraction t in [0, 1] of the batches after warmup, from 1 down to `floor`.
+template <class Decay>
+LrSchedule schedule(Shape shape, Decay decay) {
+  return stepped(shape.warmup, [shape, decay](const Progress& p, std::int64_t now, std::int64_t warm) {
+    const std::int64_t total = p.to_batches(p.max_duration);
+    if (total <= warm) return 1.0;
+    const double t = std::min(1.0, static_cast<double>(now - warm) / static_cast<double>(total - warm));
+    return shape.floor + (1.0 - shape.floor) * decay(t);
+  });
 }
 
 Time read_warmup(const PluginConfig& c) { return read_shape(c, false).warmup; }
@@ -90,7 +86,7 @@ LrSchedule make_step(const PluginConfig& c) {
   const Time size = c.get_time("step_size", run_units());
   if (size.value() == 0) c.refuse("step_size", "a time above 0 (\"30ep\", \"1000ba\")");
   const double gamma = c.get_number_or("gamma", 0.1, Range::above(0));
-  return stepped(warmup, [size, gamma](const Progress& p, std::int64_t now) {
+  return stepped(warmup, [size, gamma](const Progress& p, std::int64_t now, std::int64_t) {
     const std::int64_t every = std::max<std::int64_t>(1, p.to_batches(size));
     return std::pow(gamma, static_cast<double>(now / every));
   });
@@ -113,7 +109,7 @@ LrSchedule make_multistep(const PluginConfig& c) {
   }
   if (milestones.empty()) c.refuse("milestones", "at least one time ([\"30ep\", \"60ep\"])");
   const double gamma = c.get_number_or("gamma", 0.1, Range::above(0));
-  return stepped(warmup, [milestones, gamma](const Progress& p, std::int64_t now) {
+  return stepped(warmup, [milestones, gamma](const Progress& p, std::int64_t now, std::int64_t) {
     int reached = 0;
     for (const Time& m : milestones) reached += now >= p.to_batches(m) ? 1 : 0;
     return std::pow(gamma, reached);
@@ -125,7 +121,7 @@ LrSchedule make_exponential(const PluginConfig& c) {
   const double gamma = c.get_number("gamma", Range::above(0));
   const Time period = c.get_time_or("decay_period", Time(1, TimeUnit::epoch), run_units());
   if (period.value() == 0) c.refuse("decay_period", "a time above 0 (\"1ep\", \"100ba\")");
-  return stepped(warmup, [gamma, period](const Progress& p, std::int64_t now) {
+  return stepped(warmup, [gamma, period](const Progress& p, std::int64_t now, std::int64_t) {
     const double every = static_cast<double>(std::max<std::int64_t>(1, p.to_batches(period)));
     return std::pow(gamma, static_cast<double>(now) / every);
   });
@@ -136,8 +132,7 @@ LrSchedule make_cosine_restarts(const PluginConfig& c) {
   const Time first = c.get_time("t_0", run_units());
   if (first.value() == 0) c.refuse("t_0", "a time above 0 (\"10ep\", \"500ba\")");
   const double growth = c.get_number_or("t_mult", 1.0, Range::at_least(1));
-  return stepped(shape.warmup, [shape, first, growth](const Progress& p, std::int64_t now) {
-    const std::int64_t warm = shape.warmup.value() == 0 ? 0 : p.to_batches(shape.warmup);
+  return stepped(shape.warmup, [shape, first, growth](const Progress& p, std::int64_t now, std::int64_t warm) {
     double since = static_cast<double>(now - warm);
     double period = static_cast<double>(std::max<std::int64_t>(1, p.to_batches(first)));
     while (since >= period) {  // the period holding `since`: each t_mult times the one before
