@@ -609,6 +609,23 @@ TEST_SUITE("distributed_cli") {
     CHECK(fs::exists(dir / "runs" / "one" / "model.safetensors"));
   }
 
+  TEST_CASE("trainer.time_limit over 2 ranks: both stop after the same batch with a checkpoint, and exit 0") {
+    auto dir = baton::test::scratch_dir("dist-time-limit");
+    write_config(dir / "cfg.toml", "limited", 8, "");
+    Result r = run_baton(dir, {"launch", "--nproc", "2", "train", "cfg.toml", "--set", "trainer.max_duration=1000ep",
+                               "--set", "trainer.time_limit=3s"});
+    INFO(r.out);
+    REQUIRE(r.status == 0);
+    const std::size_t at = r.out.find("[rank 0] trained to ");
+    REQUIRE(at != std::string::npos);
+    const std::string when = r.out.substr(at + 20, r.out.find(" in ", at) - at - 20);  // "ep 3 ba 97"
+    CHECK(r.out.find("[rank 1] rank 1 of 2 done at " + when) != std::string::npos);
+    CHECK(r.out.find("stopped: trainer.time_limit 3s: stopped after") != std::string::npos);
+    const std::string batch = when.substr(when.find("ba ") + 3);
+    CHECK((fs::exists(dir / "runs" / "limited" / "checkpoints" / ("ba" + batch)) ||
+           fs::exists(dir / "runs" / "limited" / "checkpoints" / ("ep" + when.substr(3, when.find(' ', 3) - 3)))));
+  }
+
   TEST_CASE("issue 38: zero1, zero2 and zero3 over 2 ranks end with sharding none's weights: SGD momentum, Adam, EMA") {
     auto dir = baton::test::scratch_dir("dist-zero");
     const std::vector<std::pair<std::string, std::string>> optimizers = {

@@ -305,6 +305,7 @@ std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOp
   t.eval_weights = options.eval_weights;
   t.communicator = std::move(communicator);
   t.units = config.distributed.units;
+  t.init = config.model_init;
   t.loggers = std::move(built.loggers);
   if (config.settings.sharding != Sharding::none && built.optimizer) {
     // A sharded run's optimizer steps this rank's shard, which the Trainer makes: it builds the optimizer itself,

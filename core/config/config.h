@@ -73,6 +73,7 @@ struct RunConfig {
   RunSection run;
   DataSection data;             // [data]: name = "fashion-mnist"
   ComponentSection model;       // [model]: name = "convnet"
+  WeightsInit model_init;       // [model] init, init_weights, strict, ignore (fine-tuning)
   ComponentSection optimizer;   // [optimizer]: name = "sgd"
   ComponentSection scheduler;   // [scheduler]: name = "constant"
   ComponentSection loss;        // [loss]: name = "" (the dataset's task decides: cross_entropy or mse)

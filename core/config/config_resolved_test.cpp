@@ -106,6 +106,7 @@ microbatch_size = 8
 log_interval = "10ba"
 progress = false
 allow_nonfinite = true
+time_limit = "2h"
 [checkpoint]
 save_interval = "100ba"
 keep_last = 3

@@ -240,6 +240,20 @@ EvalEntry read_eval(toml::table& table, std::size_t index, const std::vector<Eva
   return entry;
 }
 
+// [model] init and its keys: the weights a fresh run starts from (the trainer checks the file against the model).
+void read_model_init(const PluginConfig& s, WeightsInit& init) {
+  if (s.has("init")) {
+    init.path = s.get_text("init");
+    if (init.path.empty()) s.fail("init", "expected a safetensors file, a checkpoint folder or a run folder, got \"\"");
+  }
+  for (const char* key : {"init_weights", "strict", "ignore"})
+    if (s.has(key) && init.path.empty())
+      s.fail(key, std::string(key) + " goes with init (the weights a fresh run starts from), which is not set");
+  init.weights = s.get_choice_or("init_weights", init.weights, {"auto", "ema", "raw"});
+  init.strict = s.get_or("strict", init.strict);
+  if (s.has("ignore")) init.ignore = s.get<std::vector<std::string>>("ignore");
+}
+
 std::vector<EvalEntry> read_evals(toml::table& root, const Context& ctx) {
   std::vector<EvalEntry> evals;
   // Each set is read knowing the earlier ones (names must differ).
@@ -281,6 +295,7 @@ RunConfig read_sections(toml::table& root, const std::string& source) {
   section("model", [&](const PluginConfig& s) {
     // [model] torchscript = "file.pt" names the model by its file alone.
     read_component(s, config.model, s.has("torchscript") ? "torchscript" : "convnet");
+    read_model_init(s, config.model_init);
   }, false);
   section("optimizer", [&](const PluginConfig& s) { read_component(s, config.optimizer, "sgd"); }, false);
   section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);

@@ -259,9 +259,40 @@ allow_insecure = true
     CHECK(failure("[trainer]\nlog_interval = \"1ep\"\n").what ==
           "cfg.toml:2:16: trainer.log_interval: expected a time in ba, got string \"1ep\"");
     CHECK(failure("[checkpoint]\nsave_interval = \"0.5dur\"\n").what ==
-          "cfg.toml:2:17: checkpoint.save_interval: expected a time in ep or ba, got string \"0.5dur\"");
+          "cfg.toml:2:17: checkpoint.save_interval: expected a time in ep, ba or s/min/h, got string \"0.5dur\"");
+    // Wall-clock time: checkpoints every so long, and the run's time limit.
+    CHECK(parse("[checkpoint]\nsave_interval = \"30min\"\n").settings.save_interval == Time(1800, TimeUnit::second));
+    CHECK(parse("[trainer]\ntime_limit = \"1.5h\"\n").settings.time_limit == Time(5400, TimeUnit::second));
+    CHECK(parse("").settings.time_limit.value() == 0);
+    CHECK(failure("[trainer]\ntime_limit = \"2ep\"\n").what ==
+          "cfg.toml:2:14: trainer.time_limit: expected a time in s/min/h, got string \"2ep\"");
+    CHECK(failure("[trainer]\ntime_limit = \"2hours\"\n").what.find("unknown unit \"hours\"") != std::string::npos);
+    CHECK(failure("[trainer]\ntime_limit = \"2h\"\n[checkpoint]\nsave_interval = \"0ep\"\n").what ==
+          "cfg.toml:2:14: trainer.time_limit: expected 0 while checkpoints are off (checkpoint.save_interval = "
+          "\"0ep\"): the run stops before the limit to continue from its checkpoint, got string \"2h\"");
     CHECK(failure("[trainer]\nmax_duration = \"1.5ep\"\n").key == "trainer.max_duration");
     CHECK(parse("[trainer]\neval_interval = \"0ep\"\n").settings.eval_interval == Time(0, TimeUnit::epoch));
+  }
+
+  TEST_CASE("[model] init and its keys: read, a choice of weights, and the keys that need init refused without it") {
+    const RunConfig c = parse("[model]\ninit = \"runs/a/checkpoints/ep3\"\ninit_weights = \"raw\"\nstrict = false\n"
+                              "ignore = [\"classifier.*\", \"*.bias\"]\n");
+    CHECK(c.model_init.path == "runs/a/checkpoints/ep3");
+    CHECK(c.model_init.weights == "raw");
+    CHECK_FALSE(c.model_init.strict);
+    CHECK(c.model_init.ignore == std::vector<std::string>{"classifier.*", "*.bias"});
+    CHECK(c.model.name == "convnet");  // the model's own keys are still the component's
+    const RunConfig defaults = parse("");
+    CHECK(defaults.model_init.path.empty());
+    CHECK(defaults.model_init.weights == "auto");
+    CHECK(defaults.model_init.strict);
+    const Failure lone = failure("[model]\nstrict = false\n");
+    CHECK(lone.key == "model.strict");
+    CHECK(contains(lone.what, "strict goes with init"));
+    const Failure choice = failure("[model]\ninit = \"w.safetensors\"\ninit_weights = \"best\"\n");
+    CHECK(choice.key == "model.init_weights");
+    CHECK(contains(choice.what, "expected one of \"auto\", \"ema\", \"raw\", got string \"best\""));
+    CHECK(failure("[model]\ninit = \"\"\n").key == "model.init");
   }
 
   TEST_CASE("load_config reads a file and resolves plugin paths against its folder") {

@@ -57,6 +57,13 @@ std::string prefetch_covers_workers(const S& s) {
   return "at least workers (" + std::to_string(s.workers) + ": each worker fetches one of the batches ahead)";
 }
 
+// A stop for the time limit is continued from its checkpoint: a run that saves none would lose its progress.
+std::string limit_saves(const S& s) {
+  if (s.time_limit.value() == 0 || s.save_interval.value() != 0) return "";
+  return "0 while checkpoints are off (checkpoint.save_interval = \"" + s.save_interval.str() +
+         "\"): the run stops before the limit to continue from its checkpoint";
+}
+
 }  // namespace
 
 const std::vector<Setting>& settings() {
@@ -77,8 +84,9 @@ const std::vector<Setting>& settings() {
       {"trainer", "log_interval", "log_interval", &S::log_interval, time_in({U::batch}, true)},
       {"trainer", "progress", "progress", &S::progress, {}},
       {"trainer", "allow_nonfinite", "allow_nonfinite", &S::allow_nonfinite, {}},
+      {"trainer", "time_limit", "time_limit", &S::time_limit, related(limit_saves, time_in({U::second}, false))},
       {"checkpoint", "save_interval", "save_interval", &S::save_interval,
-       time_in({U::epoch, U::batch}, false)},
+       time_in({U::epoch, U::batch, U::second}, false)},
       {"checkpoint", "keep_last", "keep_last", &S::keep_last, at_least(0)},
       // "" is the run folder's checkpoints/ (the config fills it in), so a file may not say "" itself.
       {"checkpoint", "dir", "checkpoint_dir", &S::checkpoint_dir, {}, true},

@@ -173,7 +173,7 @@ TEST_SUITE("settings") {
     CHECK(only_problem(s) == "trainer.log_interval (log_interval): expected a time in ba, got 1ep");
     s = {};
     s.save_interval = Time(0.5, TimeUnit::duration);
-    CHECK(only_problem(s) == "checkpoint.save_interval (save_interval): expected a time in ep or ba, got 0.5dur");
+    CHECK(only_problem(s) == "checkpoint.save_interval (save_interval): expected a time in ep, ba or s/min/h, got 0.5dur");
     s.save_interval = Time(0, TimeUnit::epoch);
     CHECK(problems(s).empty());
   }
@@ -295,7 +295,7 @@ TEST_SUITE("settings") {
           // The units in the "allowed" column are the rule's, and "> 0" is there exactly when zero is refused.
           std::vector<TimeUnit> units;
           for (TimeUnit unit : {TimeUnit::epoch, TimeUnit::batch, TimeUnit::sample, TimeUnit::token,
-                                TimeUnit::iteration, TimeUnit::duration})
+                                TimeUnit::iteration, TimeUnit::duration, TimeUnit::second})
             if (cells[3].find("`" + std::string(baton::unit_suffix(unit)) + "`") != std::string::npos)
               units.push_back(unit);
           CHECK(units == setting->rule.units);

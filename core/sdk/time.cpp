@@ -10,13 +10,22 @@
 namespace baton {
 namespace {
 
-constexpr std::array<TimeUnit, 6> kUnits = {TimeUnit::epoch,     TimeUnit::batch,     TimeUnit::sample,
-                                            TimeUnit::token,     TimeUnit::iteration, TimeUnit::duration};
+constexpr std::array<TimeUnit, 7> kUnits = {TimeUnit::epoch,     TimeUnit::batch,    TimeUnit::sample,
+                                            TimeUnit::token,     TimeUnit::iteration, TimeUnit::duration,
+                                            TimeUnit::second};
+
+// The wall-clock suffixes besides "s", and their seconds.
+struct WallUnit {
+  std::string_view suffix;
+  double seconds;
+};
+constexpr std::array<WallUnit, 3> kWallUnits = {WallUnit{"s", 1}, WallUnit{"min", 60}, WallUnit{"h", 3600}};
 
 // Counts above 2^53 would not survive the trip through double.
 constexpr double kMaxCount = 9007199254740992.0;
 
-const char* kValidUnits = "ep, ba, sp, tok, iter (integers) or dur (fraction of the run)";
+const char* kValidUnits =
+    "ep, ba, sp, tok, iter (integers), dur (fraction of the run) or s, min, h (wall-clock time, where a key takes it)";
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
@@ -61,6 +70,7 @@ std::string value_problem(double value, TimeUnit unit) {
   if (!std::isfinite(value)) return "the value must be a finite number";
   if (value < 0) return "times cannot be negative";
   if (unit == TimeUnit::duration) return "";
+  if (unit == TimeUnit::second && value != std::floor(value)) return "wall-clock time is counted in whole seconds";
   if (value != std::floor(value))
     return std::string(unit_suffix(unit)) + " needs a whole number (only dur takes fractions)";
   if (value > kMaxCount) return "the value is too large";
@@ -77,6 +87,7 @@ std::string_view unit_suffix(TimeUnit unit) noexcept {
     case TimeUnit::token: return "tok";
     case TimeUnit::iteration: return "iter";
     case TimeUnit::duration: return "dur";
+    case TimeUnit::second: return "s";
   }
   return "?";
 }
@@ -98,16 +109,44 @@ Time Time::parse(std::string_view text) {
   if (text.empty()) bad_time(text, "the string is empty");
   if (!number.empty() && (number.front() == '-')) bad_time(text, "times cannot be negative");
   if (!is_plain_number(number)) bad_time(text, "it does not start with a number");
+  // Wall-clock parts, the larger first: "1h30min", "2min30s".
+  for (const WallUnit& wall : kWallUnits) {
+    const std::size_t n = wall.suffix.size();
+    if (suffix.size() > n && suffix.substr(0, n) == wall.suffix && suffix[n] >= '0' && suffix[n] <= '9') {
+      if (!is_plain_number(number)) bad_time(text, "it does not start with a number");
+      Time rest;
+      try {
+        rest = parse(suffix.substr(n));
+      } catch (const TimeError&) {
+      }
+      if (rest.unit() != TimeUnit::second)
+        bad_time(text, "after " + in_quotes(text.substr(0, split + n)) + " comes no wall-clock time");
+      if (rest.value() >= wall.seconds)
+        bad_time(text, "a wall-clock time of several parts goes from the largest unit to the smallest (\"1h30min\")");
+      const double seconds = std::strtod(std::string(number).c_str(), nullptr) * wall.seconds + rest.value();
+      const std::string problem = value_problem(seconds, TimeUnit::second);
+      if (!problem.empty()) bad_time(text, problem);
+      return Time(seconds, TimeUnit::second);
+    }
+  }
   TimeUnit unit{};
   bool known = false;
+  double scale = 1;  // a wall-clock unit's seconds
   for (TimeUnit candidate : kUnits) {
     if (suffix == unit_suffix(candidate)) {
       unit = candidate;
       known = true;
     }
   }
+  for (const WallUnit& wall : kWallUnits) {
+    if (suffix == wall.suffix) {
+      unit = TimeUnit::second;
+      scale = wall.seconds;
+      known = true;
+    }
+  }
   if (!known) bad_time(text, suffix.empty() ? "the unit is missing" : "unknown unit " + in_quotes(suffix));
-  const double value = std::strtod(std::string(number).c_str(), nullptr);
+  const double value = std::strtod(std::string(number).c_str(), nullptr) * scale;
   const std::string problem = value_problem(value, unit);
   if (!problem.empty()) bad_time(text, problem);
   return Time(value, unit);
@@ -121,6 +160,13 @@ std::int64_t Time::count() const {
 
 std::string Time::str() const {
   if (unit_ == TimeUnit::duration) return format_exact(value_) + "dur";
+  if (unit_ == TimeUnit::second) {
+    const auto seconds = static_cast<std::int64_t>(value_);
+    for (auto wall = kWallUnits.rbegin(); wall != kWallUnits.rend(); ++wall) {
+      const auto per = static_cast<std::int64_t>(wall->seconds);
+      if (seconds % per == 0 && (seconds != 0 || per == 1)) return std::to_string(seconds / per) + std::string(wall->suffix);
+    }
+  }
   return std::to_string(static_cast<std::int64_t>(value_)) + std::string(unit_suffix(unit_));
 }
 
@@ -149,6 +195,7 @@ std::int64_t Timestamp::get(TimeUnit unit) const {
     case TimeUnit::token: return token;
     case TimeUnit::iteration: return iteration;
     case TimeUnit::duration: break;
+    case TimeUnit::second: throw TimeError("wall-clock time (s, min, h) is not a counter of training progress");
   }
   throw TimeError("dur is a fraction of the run, not a counter: use Progress::fraction()");
 }
@@ -207,7 +254,8 @@ std::int64_t Progress::to_batches(const Time& t) const {
       return static_cast<std::int64_t>(std::ceil(t.value() * total - kDurTolerance));
     }
     case TimeUnit::token:
-    case TimeUnit::iteration: break;
+    case TimeUnit::iteration:
+    case TimeUnit::second: break;
   }
   throw TimeError("cannot convert " + t.str() + " to batches: only ep, ba, sp and dur convert");
 }

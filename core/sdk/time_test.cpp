@@ -89,6 +89,44 @@ TEST_SUITE("time") {
       CHECK(Time::parse(Time::parse(text).str()) == Time::parse(text));
   }
 
+  TEST_CASE("wall-clock times: s, min and h read as whole seconds, written in the largest unit that keeps them whole") {
+    CHECK(Time::parse("90s").unit() == TimeUnit::second);
+    CHECK(Time::parse("90s").count() == 90);
+    CHECK(Time::parse("30min").count() == 1800);
+    CHECK(Time::parse("2h").count() == 7200);
+    CHECK(Time::parse("1.5h").count() == 5400);
+    CHECK(Time::parse("0.5min").count() == 30);
+    CHECK(Time::parse("0s").count() == 0);
+    CHECK(Time::parse("5400s").str() == "90min");
+    CHECK(Time::parse("7200s").str() == "2h");
+    CHECK(Time::parse("1.5h").str() == "90min");
+    CHECK(Time::parse("61s").str() == "61s");
+    CHECK(Time::parse("0h").str() == "0s");
+    for (const char* text : {"1s", "59s", "1min", "45min", "3h", "100h"})
+      CHECK(Time::parse(Time::parse(text).str()) == Time::parse(text));
+    CHECK(Time::parse("60s") == Time::parse("1min"));
+    // Several parts, the larger first.
+    CHECK(Time::parse("1h30min").count() == 5400);
+    CHECK(Time::parse("3h50min").count() == 13800);
+    CHECK(Time::parse("2min30s").count() == 150);
+    CHECK(Time::parse("1h0min5s").count() == 3605);
+    CHECK(parse_error("30min1h").find("from the largest unit to the smallest") != std::string::npos);
+    CHECK(parse_error("1h90min").find("from the largest unit to the smallest") != std::string::npos);
+    CHECK(parse_error("1h30ba").find("after \"1h\" comes no wall-clock time") != std::string::npos);
+    CHECK(parse_error("1h30").find("after \"1h\" comes no wall-clock time") != std::string::npos);
+    CHECK(parse_error("0.5s").find("whole seconds") != std::string::npos);
+    CHECK(parse_error("0.01min").find("whole seconds") != std::string::npos);
+    CHECK(parse_error("2hours").find("unknown unit \"hours\"") != std::string::npos);
+    CHECK(parse_error("2hours").find("s, min, h") != std::string::npos);
+    // Not a counter of progress: refused where one is needed.
+    Progress p;
+    p.max_duration = Time(1, TimeUnit::epoch);
+    p.batches_per_epoch = 10;
+    CHECK_THROWS_AS((void)p.reached(Time::parse("1min")), TimeError);
+    CHECK_THROWS_AS((void)p.to_batches(Time::parse("1min")), TimeError);
+    CHECK_THROWS_AS((void)(Time::parse("60s") < Time::parse("1ba")), TimeError);
+  }
+
   TEST_CASE("comparisons within a unit, and an error across units naming both") {
     CHECK(Time::parse("1ep") < Time::parse("2ep"));
     CHECK(Time::parse("2ep") == Time::parse("2ep"));

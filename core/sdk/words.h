@@ -18,7 +18,8 @@ inline bool is_digits(std::string_view text) {
 inline std::string units_text(const std::vector<TimeUnit>& units) {
   std::string text;
   for (std::size_t i = 0; i < units.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") + std::string(unit_suffix(units[i]));
+    text += (i == 0 ? "" : i + 1 == units.size() ? " or " : ", ") +
+            (units[i] == TimeUnit::second ? std::string("s/min/h") : std::string(unit_suffix(units[i])));
   return text;
 }
 

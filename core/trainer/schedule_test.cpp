@@ -1,4 +1,5 @@
 #include "trainer/schedule.h"
+#include "trainer/wall_clock.h"
 
 #include <vector>
 
@@ -103,6 +104,52 @@ TEST_CASE("a zero interval, no eval data or no run folder disables the decisions
   AfterBatch b = no_data.after_batch(at_batch(5), fraction_at(4), false, true);
   CHECK_FALSE(b.evaluate);
   CHECK_FALSE(b.save);
+}
+
+TEST_CASE("a wall-clock save interval: saves by time fall due that long after the last save, ba/ep intervals are the "
+          "schedule's") {
+  Schedule by_time(Time(1, TimeUnit::epoch), Time::parse("30min"), true, true);
+  CHECK(by_time.saves_enabled());
+  for (std::int64_t b = 1; b <= 30; ++b) CHECK_FALSE(by_time.after_batch(at_batch(b), fraction_at(b - 1), b % 10 == 0, false).save);
+  CHECK_FALSE(by_time.save_due_at_epoch(1));
+  CHECK(by_time.after_batch(at_batch(30), fraction_at(29), true, true).save);  // the run's end still saves
+
+  WallClock clock(Time::parse("30min"), Time(0, TimeUnit::second));
+  CHECK_FALSE(clock.has_limit());
+  CHECK_FALSE(clock.save_due(1799));
+  CHECK(clock.save_due(1800));
+  clock.saved_at(1850);  // a save at 1850 s: the next one 30 min later
+  CHECK_FALSE(clock.save_due(3649));
+  CHECK(clock.save_due(3650));
+  CHECK_FALSE(clock.limit_near(1e9));  // no limit
+  WallClock batches(Time(100, TimeUnit::batch), Time(0, TimeUnit::second));
+  CHECK_FALSE(batches.save_due(1e9));  // a ba interval is not the clock's
+}
+
+TEST_CASE("a time limit stops when what is left of it no longer covers the longest batch, evaluation and "
+          "twice the save (the checkpoint and the export), with a quarter more") {
+  WallClock clock(Time(1, TimeUnit::epoch), Time::parse("1h"));
+  CHECK(clock.has_limit());
+  CHECK(clock.limit() == 3600);
+  clock.guess_first_save(2.0);
+  clock.took(WallClock::Activity::batch, 4.0);
+  // No save timed yet: the guess stands in for it, twice (the checkpoint and the export). 1.25 * (4 + 0 + 2 * 2) = 10
+  CHECK(clock.margin() == doctest::Approx(10.0));
+  CHECK_FALSE(clock.limit_near(3589.9));
+  CHECK(clock.limit_near(3590.0));
+  clock.took(WallClock::Activity::batch, 3.0);  // the longest counts, not the last
+  clock.took(WallClock::Activity::evaluation, 20.0);
+  clock.took(WallClock::Activity::save, 1.0);   // timed: the guess no longer counts
+  // 1.25 * (4 + 20 + 2 * 1) = 32.5
+  CHECK(clock.margin() == doctest::Approx(32.5));
+  CHECK_FALSE(clock.limit_near(3567.4));
+  CHECK(clock.limit_near(3567.5));
+  CHECK(clock.limit_near(4000));  // past the limit: stop at once
+  const std::string why = clock.stop_reason(3570);
+  CHECK(why.find("trainer.time_limit 1h") != std::string::npos);
+  CHECK(why.find("3570.0 s of the fit, 30.0 s before the limit") != std::string::npos);
+  CHECK(why.find("--resume auto") != std::string::npos);
+  CHECK_FALSE(clock.save_due(1e9));  // an ep save interval is the schedule's
 }
 
 }  // namespace

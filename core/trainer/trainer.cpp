@@ -39,10 +39,12 @@ class Scoped {
 FitResult Trainer::Impl::fit() {
   if (train->size() == 0) throw Error("the training set is empty");
   const auto started = std::chrono::steady_clock::now();
+  fit_started = started;
   std::exception_ptr failure;
   try {
     ensure_init();
     const bool resumed = !checkpoints.resume().empty();
+    if (!resumed && !options.resume.empty()) start_from_weights();  // "auto" found no checkpoint: a fresh start
     if (resumed && options.rank == 0 && !options.run_dir.empty())
       // The end-of-run table and chart cover the whole run: the evaluations before this point are in metrics.jsonl.
       evaluator.load_history(metrics_path(), state.progress.now.batch);
@@ -50,6 +52,7 @@ FitResult Trainer::Impl::fit() {
     logger.open_destinations(LoggerContext{options.run_dir, resumed, state.progress.now});
     broadcast_model(comm(), *module);
     if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
+    clock.guess_first_save(first_save_guess());
     fitting = true;
     fire(Event::fit_start);
     // zero3: from here each unit is whole only while it runs. After fit_start, where plugins see the whole model (an
@@ -59,11 +62,13 @@ FitResult Trainer::Impl::fit() {
     while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch();
     stop_now();
     // The last batch normally took the final evaluation and checkpoint (train_epoch). A run that ends with no batch
-    // at all (resumed at its end) or stopped outside batch_end still gets them here, without events.
+    // at all (resumed at its end) or stopped outside batch_end still gets them here, without events; a stop for the
+    // time limit is a pause, and leaves the final evaluation to the run that continues it.
     const std::int64_t now = state.progress.now.batch;
-    for_each_eval_set([&](Evaluator& set, const Schedule& when) {
-      if (when.final_eval_missing(set.last_batch(), now)) set.run_in_fit();
-    });
+    if (!paused_for_time())
+      for_each_eval_set([&](Evaluator& set, const Schedule& when) {
+        if (when.final_eval_missing(set.last_batch(), now)) evaluate_in_fit(set);
+      });
     if (schedule.final_save_missing(checkpoints.last_save_batch(), now)) {
       checkpoints.save_final(options.save_interval.unit());
       note_checkpoint();
@@ -132,32 +137,36 @@ void Trainer::Impl::train_epoch() {
   }
   while (now.batch_in_epoch < batches && !state.progress.reached(options.max_duration) && !stop_now()) {
     const double fraction_before = state.progress.fraction();
+    const double batch_started = fit_seconds();
     train_batch();
     fire(Event::batch_end);
     state.clear_step_data();
+    clock.took(WallClock::Activity::batch, fit_seconds() - batch_started);
     if (evaluate_and_save_after_batch(fraction_before, now.batch_in_epoch == batches)) break;
   }
   if (now.batch_in_epoch == batches) end_epoch();
 }
 
-// What follows a batch, as the schedules say. The run's last batch ends with an evaluation and a checkpoint through
-// the usual events (plugins see them: exports, checkpoint selection) unless the epoch's end right after takes them.
-// Returns whether the run stops after this batch.
+// What follows a batch, as the schedules and the wall clock say. The run's last batch ends with an evaluation and a
+// checkpoint through the usual events (plugins see them: exports, checkpoint selection) unless the epoch's end right
+// after takes them; a stop for the time limit saves without the final evaluation. Returns whether the run stops
+// after this batch.
 bool Trainer::Impl::evaluate_and_save_after_batch(double fraction_before, bool epoch_ends) {
   bool stop = stop_now();
+  const bool save_by_time = stopping.save_due();
   const bool final_batch = stop || state.progress.reached(options.max_duration);
+  const bool final_eval = state.progress.reached(options.max_duration) || (stop && !paused_for_time());
   AfterBatch next = schedule.after_batch(state.progress, fraction_before, epoch_ends, final_batch);
   bool evaluated = false;
   for_each_eval_set([&](Evaluator& set, const Schedule& when) {
-    if (!when.after_batch(state.progress, fraction_before, epoch_ends, final_batch).evaluate) return;
-    set.run_in_fit();
+    if (!when.after_batch(state.progress, fraction_before, epoch_ends, final_eval).evaluate) return;
+    evaluate_in_fit(set);
     evaluated = true;
   });
   // A stop asked for during the evaluation (an early stopper) makes this the last batch, with its save.
   if (evaluated && !stop && (stop = stop_now()))
     next.save = schedule.after_batch(state.progress, fraction_before, epoch_ends, true).save;
-  checkpoints.event(Event::batch_checkpoint, next.save, TimeUnit::batch);
-  note_checkpoint();
+  checkpoint_event(Event::batch_checkpoint, next.save || (save_by_time && schedule.saves_enabled()), TimeUnit::batch);
   return stop;
 }
 
@@ -166,14 +175,42 @@ void Trainer::Impl::end_epoch() {
   now.advance_epoch();
   fire(Event::epoch_end);
   for_each_eval_set([&](Evaluator& set, const Schedule& when) {
-    if (when.eval_due_at_epoch(now.epoch)) set.run_in_fit();
+    if (when.eval_due_at_epoch(now.epoch)) evaluate_in_fit(set);
   });
   // The run's end (a stop asked for at this evaluation) saves here, with events, unless its batch saved.
   const bool final_save = stop_now() && schedule.final_save_missing(checkpoints.last_save_batch(), now.batch);
-  checkpoints.event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
-  note_checkpoint();
+  checkpoint_event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
   fire(Event::iteration_end);
   fire(Event::iteration_checkpoint);
+}
+
+// --- the wall clock ------------------------------------------------------------------------------------------------
+
+ClockReading Trainer::Impl::read_clock() const {
+  ClockReading reading;
+  if (!fitting) return reading;
+  const double now = fit_seconds();
+  reading.save_due = clock.save_due(now);
+  reading.time_up = clock.limit_near(now);
+  if (reading.time_up) reading.why = clock.stop_reason(now);
+  return reading;
+}
+
+void Trainer::Impl::evaluate_in_fit(Evaluator& set) {
+  const double started = fit_seconds();
+  set.run_in_fit();
+  clock.took(WallClock::Activity::evaluation, fit_seconds() - started);
+}
+
+void Trainer::Impl::checkpoint_event(Event event, bool save, TimeUnit unit) {
+  const double started = fit_seconds();
+  checkpoints.event(event, save, unit);
+  if (save && checkpoints.has_store()) {
+    const double now = fit_seconds();
+    clock.took(WallClock::Activity::save, now - started);
+    clock.saved_at(now);
+  }
+  note_checkpoint();
 }
 
 // --- one batch -----------------------------------------------------------------------------------------------------

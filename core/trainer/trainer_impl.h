@@ -4,6 +4,7 @@
 // prediction, the public Trainer), and passes.cpp (what a model's own training step and a plugin's extra passes
 // run through).
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +29,7 @@
 #include "trainer/schedule.h"
 #include "trainer/stop_agreement.h"
 #include "trainer/training_log.h"
+#include "trainer/wall_clock.h"
 
 namespace baton {
 
@@ -44,11 +46,13 @@ struct Trainer::Impl {
   void add_eval_sets();
   void ensure_init();
   void offer_probe();
+  void start_from_weights();
   void check_first_batch();
   void settle_declarations();
   void prepare_standalone(const std::string& checkpoint, const char* command);
   std::string nonfinite_tensor() const;
   void note_checkpoint();
+  double first_save_guess() const;
 
   // --- the timeline (trainer.cpp) ---
   FitResult fit();
@@ -73,7 +77,16 @@ struct Trainer::Impl {
 
   Communicator* comm() const { return options.communicator.get(); }
   void fire(Event event) { engine.fire(event); }
-  bool stop_now() { return stopping.check(state); }
+  bool stop_now() { return stopping.check(state, read_clock()); }
+  /// Seconds since fit() started; what the wall clock reads.
+  double fit_seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_started).count(); }
+  ClockReading read_clock() const;
+  /// The run stopped for trainer.time_limit: a pause that a resume continues, not the run's end.
+  bool paused_for_time() const { return stopping.cause() == StopCause::time_limit; }
+  /// An evaluation during fit, timed for the wall clock.
+  void evaluate_in_fit(Evaluator& set);
+  /// A checkpoint event (Checkpointer::event), a save timed for the wall clock and noted.
+  void checkpoint_event(Event event, bool save, TimeUnit unit);
   // Every evaluation set with its schedule, the main one first: the order their evaluations run and are listed in.
   template <class Visit>
   void for_each_eval_set(Visit visit) {
@@ -133,6 +146,8 @@ struct Trainer::Impl {
   std::vector<EvalSetRun> extra_sets;  // TrainerOptions::eval_sets, each at its own interval
   bool initialised = false;
   StopAgreement stopping;
+  WallClock clock;  // trainer.time_limit and checkpoints by time
+  std::chrono::steady_clock::time_point fit_started;
   std::string noted_checkpoint;        // the last checkpoint note_checkpoint looked at
   std::string last_finite_checkpoint;  // the last one saved with finite weights
   Passes passes{*this};

@@ -1,5 +1,7 @@
 #include "baton_test.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -263,5 +266,86 @@ TEST_SUITE("trainer") {
     CHECK(results[0].metric("accuracy") >= 0);
     CHECK(results[0].metric("accuracy") <= 1);
     CHECK_THROWS_AS(results[0].metric("f1"), baton::Error);
+  }
+
+  // A batch that takes `seconds` of wall-clock time, counted.
+  struct SlowBatches : baton::Callback {
+    explicit SlowBatches(double s) : seconds(s) {}
+    double seconds;
+    int batches = 0;
+    void batch_end(baton::State&, baton::Logger&) override {
+      ++batches;
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    }
+  };
+
+  std::vector<std::string> checkpoint_names(const fs::path& dir) {
+    std::vector<std::string> names;
+    if (!fs::exists(dir / "checkpoints")) return names;
+    for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
+      if (fs::exists(e.path() / "meta.json")) names.push_back(e.path().filename().string());
+    return names;
+  }
+
+  TEST_CASE("trainer.time_limit: the run saves and stops before the limit, without the final evaluation, and a "
+            "resume continues it") {
+    auto dir = baton::test::scratch_dir("trainer-time-limit");
+    auto options = quiet_options(dir.string());
+    options.max_duration = Time(1000, TimeUnit::epoch);  // far beyond what 4 s train
+    options.eval_interval = Time(4, TimeUnit::epoch);
+    options.time_limit = Time::parse("4s");
+    auto trainer = make_trainer(options);
+    auto slow = std::make_shared<SlowBatches>(0.1);
+    trainer->add_plugin("slow", slow);
+    const auto result = trainer->fit();
+    CHECK(result.stop_cause == baton::StopCause::time_limit);
+    CHECK(result.stop_reason.find("trainer.time_limit 4s") != std::string::npos);
+    CHECK(result.seconds < 4.0);  // ended within the limit, its checkpoint written
+    // And not long before it: batches of ~0.1 s, checkpoints of this small model timed at well under a second
+    // from the first epoch's end on (before that, a guess of over half a second stands in for them).
+    CHECK(result.seconds > 3.0);
+    REQUIRE_FALSE(result.last_checkpoint.empty());
+    const std::int64_t end = result.end.batch;
+    CHECK(end == slow->batches);
+    // The stop's checkpoint is at the batch it stopped after (ba<N>, or ep<N> at an epoch's end).
+    const std::string stop_name = fs::path(result.last_checkpoint).filename().string();
+    CHECK((stop_name == "ba" + std::to_string(end) || (end % 3 == 0 && stop_name == "ep" + std::to_string(end / 3))));
+    // No evaluation at the stop unless one fell due there (every 4 epochs = 12 batches).
+    for (const auto& e : result.evals) CHECK(e.at.batch % 12 == 0);
+
+    auto more = quiet_options(dir.string());
+    more.resume = "auto";
+    more.max_duration = Time(static_cast<double>(end + 2), TimeUnit::batch);
+    auto resumed = make_trainer(more);
+    auto counter = std::make_shared<SlowBatches>(0.0);
+    resumed->add_plugin("slow", counter);
+    const auto rest = resumed->fit();
+    CHECK(rest.stop_cause == baton::StopCause::none);
+    CHECK(rest.end.batch == end + 2);
+    CHECK(counter->batches == 2);  // continued from the stop, not started again
+  }
+
+  TEST_CASE("checkpoint.save_interval in wall-clock time saves after the first batch that ends that long after the "
+            "last save") {
+    auto dir = baton::test::scratch_dir("trainer-save-by-time");
+    auto options = quiet_options(dir.string());
+    options.max_duration = Time(8, TimeUnit::batch);
+    options.eval_interval = Time(0, TimeUnit::epoch);
+    options.save_interval = Time::parse("1s");
+    auto trainer = make_trainer(options);
+    trainer->add_plugin("slow", std::make_shared<SlowBatches>(0.3));
+    const auto result = trainer->fit();
+    CHECK(result.stop_cause == baton::StopCause::none);
+    // ~0.3 s batches: the first save after batch 4 (1.2 s), the run's end at batch 8; epochs (3 batches) save nothing.
+    const auto names = checkpoint_names(dir);
+    CHECK(names.size() >= 2);
+    CHECK(std::find(names.begin(), names.end(), "ba8") != names.end());
+    bool before_end = false;
+    for (const auto& n : names) {
+      CHECK(n.rfind("ba", 0) == 0);
+      if (n != "ba8") before_end = true;
+    }
+    CHECK(before_end);
+    CHECK(std::find(names.begin(), names.end(), "ba1") == names.end());
   }
 }

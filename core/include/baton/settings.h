@@ -46,6 +46,23 @@ BATON_API const char* precision_name(Precision precision);
 /// The precision named `name`; none for any other text.
 BATON_API std::optional<Precision> precision_from_name(std::string_view name);
 
+/// Fine-tuning ([model] init; Composer's load_weights_only and load_ignore_keys): a fresh run's model starts from
+/// these weights instead of its initialisation; the optimizer, schedule and EMA start fresh. A resume ignores it (the
+/// checkpoint holds the weights).
+struct WeightsInit {
+  /// A safetensors file of a state dict (baton's model.safetensors or ema.safetensors, or Python's
+  /// `save_file(model.state_dict(), ...)`), a baton checkpoint folder, or a run folder (its exports); "": none.
+  std::string path;
+  /// Which weights of a checkpoint or run folder: "ema" (ema.safetensors), "raw" (the trained weights themselves),
+  /// "auto" (the EMA's where the folder holds them, else the raw ones). A file is loaded as it is ("auto" only).
+  std::string weights = "auto";
+  /// Every model tensor not ignored must be in the source and every source tensor not ignored in the model; false
+  /// loads the names both have (shapes must still agree).
+  bool strict = true;
+  /// Globs over tensor names ("classifier.*"): model tensors left as initialised, source tensors not read.
+  std::vector<std::string> ignore;
+};
+
 struct TrainerSettings {
   Time max_duration = Time(1, TimeUnit::epoch);   // ep, ba or sp; > 0
   Time eval_interval = Time(1, TimeUnit::epoch);  // ep, ba or dur; 0 disables periodic evaluation
@@ -73,7 +90,10 @@ struct TrainerSettings {
   /// saved with finite weights; no model.safetensors is written) unless this is true. A non-finite training loss
   /// is always reported, at its batch, as a warning.
   bool allow_nonfinite = false;
-  Time save_interval = Time(1, TimeUnit::epoch);  // ep or ba; 0 disables periodic saves
+  /// Wall-clock time (s, min, h) the fit may take: before it runs out the run saves a checkpoint and stops (exit 0,
+  /// StopCause::time_limit), so a cluster job's limit ends in a checkpoint `--resume auto` continues from. 0: none.
+  Time time_limit = Time(0, TimeUnit::second);
+  Time save_interval = Time(1, TimeUnit::epoch);  // ep, ba, or s/min/h of training time; 0 disables periodic saves
   std::int64_t keep_last = 0;                     // >= 0; 0 keeps every checkpoint
   std::string checkpoint_dir;                     // "": <run folder>/checkpoints
   /// [distributed] sharding (docs/distributed.md). zero1, zero2 and zero3 build the optimizer over the rank's shard

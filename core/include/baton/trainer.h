@@ -86,6 +86,8 @@ struct TrainerOptions : TrainerSettings {
   /// module holding parameters of its own (a Linear, a Conv2d, a BatchNorm), as the built-in models and
   /// torch::nn::Sequential models run them.
   std::vector<std::string> units;
+  /// Weights a fresh run starts from (fine-tuning); none by default.
+  WeightsInit init;
   /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.
@@ -105,6 +107,7 @@ enum class StopCause {
   interrupted,  // SIGINT/SIGTERM, on this rank or, in a data-parallel run, on any rank
   requested,    // the embedding program called Trainer::request_stop
   other_rank,   // in a data-parallel run, another rank stopped for a reason of its own
+  time_limit,   // trainer.time_limit was near: the run saved and stopped to end within it (`--resume auto` goes on)
 };
 
 struct FitResult {

@@ -1,6 +1,8 @@
 #pragma once
 // Training time, as in Composer: "<number><unit>" with units ep (epochs), ba (batches), sp (samples),
-// tok (tokens), iter (iterations) and dur (fraction of the whole run). Values are integral except for dur.
+// tok (tokens), iter (iterations) and dur (fraction of the whole run). Values are integral except for dur. Wall-clock
+// time is a unit too, for the keys that take it (a checkpoint every "30min", a time limit of "2h"): "s", "min" and
+// "h", kept as whole seconds (TimeUnit::second); it is no counter of training progress, so Progress refuses it.
 // No LibTorch here: part of the plugin SDK.
 #include <cstdint>
 #include <string>
@@ -11,9 +13,9 @@
 
 namespace baton {
 
-enum class TimeUnit : unsigned char { epoch, batch, sample, token, iteration, duration };
+enum class TimeUnit : unsigned char { epoch, batch, sample, token, iteration, duration, second };
 
-/// "ep", "ba", "sp", "tok", "iter", "dur".
+/// "ep", "ba", "sp", "tok", "iter", "dur", "s" (second: "min" and "h" are read into it too).
 BATON_API std::string_view unit_suffix(TimeUnit unit) noexcept;
 
 class BATON_API Time {
@@ -21,14 +23,15 @@ class BATON_API Time {
   Time() = default;
   Time(double value, TimeUnit unit);  // throws TimeError on a negative or (for non-dur units) fractional value
 
-  /// Parses "<number><unit>", e.g. "2ep", "500ba", "0.5dur". Throws TimeError quoting the string.
+  /// Parses "<number><unit>", e.g. "2ep", "500ba", "0.5dur", "30min", "1.5h" (5400 s). Throws TimeError quoting the
+  /// string.
   static Time parse(std::string_view text);
 
   double value() const noexcept { return value_; }
   TimeUnit unit() const noexcept { return unit_; }
   /// The integral value; for dur it throws TimeError.
   std::int64_t count() const;
-  std::string str() const;  // "2ep", "0.5dur"
+  std::string str() const;  // "2ep", "0.5dur", "30min" (seconds in the largest of h, min, s that keeps them whole)
 
   // Comparisons of times in different units throw TimeError naming both.
   friend BATON_API bool operator<(const Time& a, const Time& b);
