@@ -384,13 +384,23 @@ path = ")" + std::string(BATON_TEST_PLUGIN_DIR) + R"(/fixture_any_batch.so"
     std::ifstream in(dir / "runs/whole/metrics.jsonl");
     std::string line;
     std::vector<double> ema_curve, raw_curve;
+    int lr_records = 0;
     while (std::getline(in, line)) {
       const auto record = nlohmann::json::parse(line);
+      if (record.contains("train/loss")) {
+        // Each optimizer's learning rate under its name ([model] lr, no schedule).
+        REQUIRE(record.contains("lr/generator"));
+        REQUIRE(record.contains("lr/discriminator"));
+        CHECK(record["lr/generator"].get<double>() == doctest::Approx(0.002));
+        CHECK(record["lr/discriminator"].get<double>() == doctest::Approx(0.002));
+        ++lr_records;
+      }
       if (record.contains("eval/ring_error")) ema_curve.push_back(record["eval/ring_error"].get<double>());
       if (record.contains("eval_raw/ring_error")) raw_curve.push_back(record["eval_raw/ring_error"].get<double>());
     }
     REQUIRE(ema_curve.size() == 16);
     REQUIRE(raw_curve.size() == 16);
+    CHECK(lr_records >= 16);
     CHECK(ema_curve.back() < 0.12);
     CHECK(raw_curve.back() < 0.25);
     CHECK(ema_curve.back() < raw_curve.front() / 4);

@@ -66,6 +66,11 @@ void TrainingLog::log_loss(State& state) {
   window_losses_.clear();
   logger_.log_metric("train/loss", sum / total);
   logger_.log_metric("lr", state.facts.optimizer()->param_groups().front().options().get_lr());
+  // A model of several optimizers (a GAN's generator and discriminator): each one's under its name too.
+  const auto& optimizers = state.facts.optimizers();
+  if (optimizers.size() > 1)
+    for (const auto& [name, optimizer] : optimizers)
+      logger_.log_metric("lr/" + name, optimizer->param_groups().front().options().get_lr());
   logger_.flush();
   last_loss_ = sum / total;
   loss_sum_.zero_();
