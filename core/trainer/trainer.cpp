@@ -235,9 +235,13 @@ void Trainer::Impl::train_batch() {
   fire(Event::before_train_batch);
   zero_gradients();
   broadcast_buffers(comm(), *module);
+  state.skip_step = false;
   if (model.training_step()) {
     own_training_step();
     fire(Event::after_train_batch);
+    if (state.skip_step)
+      throw Error("a plugin asked to skip the optimizer step of " + step_where() + " (State::skip_step), but the " +
+                  "model steps its own optimizers and has stepped already");
   } else {
     const Batch step_batch = state.batch;  // what a recomputation of the gradients starts from
     forward_backward();
@@ -246,7 +250,9 @@ void Trainer::Impl::train_batch() {
       const Scoped<const Batch*> recomputable(passes.step_batch, &step_batch);
       fire(Event::after_train_batch);
     }
-    if (!step_overflow) step_optimizers();
+    // Ranks that disagreed on a skip would leave the replicas (or the shards) apart: one rank's skip is every rank's.
+    const bool skip = comm() ? comm()->any(state.skip_step) : state.skip_step;
+    if (!step_overflow && !skip) step_optimizers();
     if (scaler) scaler->update(step_overflow);
   }
   now.advance_batch(drawn * options.world_size);

@@ -117,6 +117,11 @@ struct BATON_API State {
   const std::string& stop_reason() const { return stop_request.reason; }
   StopRequest stop_request;
 
+  /// Set during after_train_batch, on every rank alike, to leave this batch's optimizer step out: the weights stay
+  /// as they were (a loss spike, a bad batch: the loss_spike plugin); the batch still counts as trained. Cleared
+  /// before each batch. A model that steps its own optimizers has stepped by then: setting it there is an error.
+  bool skip_step = false;
+
   // New members go here, after every other one (the layout rule above).
 #ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER
   /// Only in the ABI compatibility test's build: a member a newer baton appended.
