@@ -620,7 +620,9 @@ TEST_SUITE("distributed_cli") {
     REQUIRE(at != std::string::npos);
     const std::string when = r.out.substr(at + 20, r.out.find(" in ", at) - at - 20);  // "ep 3 ba 97"
     CHECK(r.out.find("[rank 1] rank 1 of 2 done at " + when) != std::string::npos);
-    CHECK(r.out.find("stopped: trainer.time_limit 3s: stopped after") != std::string::npos);
+    // The rank whose clock runs out first says why; the other learns it at the same check.
+    CHECK((r.out.find("stopped: trainer.time_limit 3s: stopped after") != std::string::npos ||
+           r.out.find("stopped: another rank reached trainer.time_limit") != std::string::npos));
     const std::string batch = when.substr(when.find("ba ") + 3);
     CHECK((fs::exists(dir / "runs" / "limited" / "checkpoints" / ("ba" + batch)) ||
            fs::exists(dir / "runs" / "limited" / "checkpoints" / ("ep" + when.substr(3, when.find(' ', 3) - 3)))));
