@@ -25,8 +25,10 @@ void WallClock::saved_at(double now) { last_save_ = now; }
 
 bool WallClock::save_due(double now) const { return save_every_ > 0 && now - last_save_ >= save_every_; }
 
+double WallClock::save_estimate() const { return longest_save_ >= 0 ? longest_save_ : first_save_guess_; }
+
 double WallClock::margin() const {
-  const double save = longest_save_ >= 0 ? longest_save_ : first_save_guess_;
+  const double save = save_estimate();
   // The save twice: the stop's checkpoint, and the export of the model at the end of the fit.
   return 1.25 * (longest_batch_ + longest_evaluation_ + 2 * save);
 }
@@ -34,7 +36,7 @@ double WallClock::margin() const {
 bool WallClock::limit_near(double now) const { return limit_ > 0 && limit_ - now <= margin(); }
 
 std::string WallClock::stop_reason(double now) const {
-  const double save = longest_save_ >= 0 ? longest_save_ : first_save_guess_;
+  const double save = save_estimate();
   char text[320];
   std::snprintf(text, sizeof text,
                 "trainer.time_limit %s: stopped after %.1f s of the fit, %.1f s before the limit (the longest batch, "

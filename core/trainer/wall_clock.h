@@ -40,6 +40,9 @@ class WallClock {
   std::string stop_reason(double now) const;
 
  private:
+  /// The longest checkpoint timed, or first_save_guess before one was.
+  double save_estimate() const;
+
   Time limit_time_;
   double save_every_ = 0;
   double limit_ = 0;
