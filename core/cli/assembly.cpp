@@ -23,6 +23,7 @@
 #include "baton/communicator.h"
 #include "baton/components.h"
 #include "components/build.h"
+#include "optim/param_groups.h"
 #include "engine/engine.h"
 #include "trainer/init_checks.h"
 #include "trainer/evaluator.h"  // default_loss_name
@@ -156,6 +157,14 @@ BuiltComponents build_components(const RunConfig& config, bool need_train) {
     throw ConfigError(config.where("optimizer." + optimizer_keys.front()), "optimizer." + optimizer_keys.front(),
                       "model '" + config.model.name + "' brings its own optimizers, so [optimizer] would be " +
                           "ignored: remove the [optimizer] table (the model's keys set them)");
+  }
+  if (!config.param_groups.empty() && built.model.optimizers().empty()) {
+    // The Trainer applies them; a glob that matches nothing is reported here, at its line.
+    try {
+      plan_param_groups(*built.model.ptr(), config.param_groups);
+    } catch (const ParamGroupRuleError& e) {
+      throw ConfigError(config.where("optimizer." + e.key()), "optimizer." + e.key(), e.detail());
+    }
   }
   built.schedule = build_component(registry.schedulers, config.scheduler, "scheduler");
   const std::vector<std::string> loss_keys = config.loss.config.keys();
@@ -306,6 +315,7 @@ std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOp
   t.communicator = std::move(communicator);
   t.units = config.distributed.units;
   t.init = config.model_init;
+  t.param_groups = config.param_groups;
   t.loggers = std::move(built.loggers);
   if (config.settings.sharding != Sharding::none && built.optimizer) {
     // A sharded run's optimizer steps this rank's shard, which the Trainer makes: it builds the optimizer itself,

@@ -32,4 +32,20 @@ TEST_SUITE("assembly") {
       CHECK(e.where().line == 16);
     }
   }
+
+  TEST_CASE("[optimizer] weight_decay_exclude: a glob no parameter matches is reported at its line") {
+    const auto config = baton::parse_config(
+        "[data]\nname = \"synthetic\"\ntrain_size = 64\neval_size = 32\nbatch_size = 16\n"
+        "[optimizer]\nname = \"adamw\"\nweight_decay_exclude = [\"bias\", \"clasifier.*\"]\n",
+        "cfg.toml");
+    try {
+      baton::build_components(config);
+      FAIL("no error for a glob that matches nothing");
+    } catch (const baton::ConfigError& e) {
+      CHECK(e.key() == "optimizer.weight_decay_exclude");
+      CHECK(e.where().line == 8);
+      CHECK(std::string(e.what()).find("\"clasifier.*\" is no kind (bias, norm, embedding) and matches no parameter "
+                                       "of the model (its parameters: features.0.weight") != std::string::npos);
+    }
+  }
 }

@@ -136,6 +136,7 @@ int run_train(const CommonArgs& args, const std::string& resume, bool trace, boo
               " threads, device " + config.settings.device + ", precision " +
               baton::precision_name(run->trainer->precision().precision) + " (" + run->trainer->precision().why + ")");
   logger.info("baton: " + baton::cli::openmp_wait_description());
+  if (!run->trainer->param_groups().empty()) logger.info("baton: optimizer " + run->trainer->param_groups());
   for (const auto& p : run->plugins)
     logger.info("baton: plugin " + p.id + " " + p.info.version + " (" + p.info.kind + ") from " + p.info.path);
   baton::install_stop_signal_handlers();

@@ -75,6 +75,7 @@ struct RunConfig {
   ComponentSection model;       // [model]: name = "convnet"
   WeightsInit model_init;       // [model] init, init_weights, strict, ignore (fine-tuning)
   ComponentSection optimizer;   // [optimizer]: name = "sgd"
+  ParamGroupRules param_groups; // [optimizer] weight_decay_exclude, lr_scale (the trainer's, not the optimizer's)
   ComponentSection scheduler;   // [scheduler]: name = "constant"
   ComponentSection loss;        // [loss]: name = "" (the dataset's task decides: cross_entropy or mse)
   /// The settings the Trainer takes (baton/settings.h): [run] seed, [data] batch_size, eval_batch_size, workers

@@ -254,6 +254,22 @@ void read_model_init(const PluginConfig& s, WeightsInit& init) {
   if (s.has("ignore")) init.ignore = s.get<std::vector<std::string>>("ignore");
 }
 
+// The param-group keys of [optimizer]: the Trainer's (any optimizer's groups), read here so they are no unknown
+// keys to the optimizer component.
+void read_param_groups(const PluginConfig& s, ParamGroupRules& rules) {
+  if (s.has("weight_decay_exclude")) {
+    rules.weight_decay_exclude = s.get<std::vector<std::string>>("weight_decay_exclude");
+    for (const std::string& entry : rules.weight_decay_exclude)
+      if (entry.empty()) s.fail("weight_decay_exclude", "expected kinds (bias, norm, embedding) or globs, got \"\"");
+  }
+  if (s.has("lr_scale")) {
+    const PluginConfig table = s.get<PluginConfig>("lr_scale");
+    for (const std::string& glob : table.keys())
+      rules.lr_scale.emplace_back(glob, table.get_number(glob, Range::above(0), "a multiplier of the lr"));
+    if (rules.lr_scale.empty()) s.fail("lr_scale", "expected globs and multipliers ({ \"classifier.*\" = 10.0 }), got {}");
+  }
+}
+
 std::vector<EvalEntry> read_evals(toml::table& root, const Context& ctx) {
   std::vector<EvalEntry> evals;
   // Each set is read knowing the earlier ones (names must differ).
@@ -297,7 +313,10 @@ RunConfig read_sections(toml::table& root, const std::string& source) {
     read_component(s, config.model, s.has("torchscript") ? "torchscript" : "convnet");
     read_model_init(s, config.model_init);
   }, false);
-  section("optimizer", [&](const PluginConfig& s) { read_component(s, config.optimizer, "sgd"); }, false);
+  section("optimizer", [&](const PluginConfig& s) {
+    read_component(s, config.optimizer, "sgd");
+    read_param_groups(s, config.param_groups);
+  }, false);
   section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);
   section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
   section("trainer", [&](const PluginConfig& s) { read_settings(s, "trainer", config.settings); }, true);

@@ -295,6 +295,24 @@ allow_insecure = true
     CHECK(failure("[model]\ninit = \"\"\n").key == "model.init");
   }
 
+  TEST_CASE("[optimizer] weight_decay_exclude and lr_scale: the trainer's keys, read beside the optimizer's") {
+    const RunConfig c = parse("[optimizer]\nname = \"adamw\"\nweight_decay = 0.05\n"
+                              "weight_decay_exclude = [\"bias\", \"norm\", \"*.pos_embed\"]\n"
+                              "lr_scale = { \"classifier.*\" = 10.0, \"features.0.*\" = 0.1 }\n");
+    CHECK(c.param_groups.weight_decay_exclude == std::vector<std::string>{"bias", "norm", "*.pos_embed"});
+    REQUIRE(c.param_groups.lr_scale.size() == 2);
+    CHECK(c.param_groups.lr_scale[0] == std::make_pair(std::string("classifier.*"), 10.0));  // in file order
+    CHECK(c.param_groups.lr_scale[1] == std::make_pair(std::string("features.0.*"), 0.1));
+    CHECK(parse("").param_groups.empty());
+    const Failure zero = failure("[optimizer]\nlr_scale = { \"fc.*\" = 0 }\n");
+    CHECK(zero.line == 2);
+    CHECK(contains(zero.what, "a multiplier of the lr"));
+    CHECK(failure("[optimizer]\nweight_decay_exclude = \"bias\"\n").key == "optimizer.weight_decay_exclude");
+    CHECK(failure("[optimizer]\nweight_decay_exclude = [\"\"]\n").key == "optimizer.weight_decay_exclude");
+    CHECK(failure("[optimizer]\nlr_scale = {}\n").key == "optimizer.lr_scale");
+    CHECK(failure("[optimizer]\nlr_scale = { \"fc.*\" = \"x\" }\n").line == 2);
+  }
+
   TEST_CASE("load_config reads a file and resolves plugin paths against its folder") {
     const auto dir = scratch("load");
     write(dir / "sub" / "run.toml", R"([run]

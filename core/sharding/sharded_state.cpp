@@ -9,6 +9,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/ScalarType.h>
+#include <torch/optim/optimizer.h>
 
 #include "baton/error.h"
 #include "baton/optimizer_state.h"
@@ -83,13 +84,19 @@ StateDict optimizer_shard(const ShardedStep& step, const torch::optim::Optimizer
 void load_optimizer_shard(const ShardedStep& step, torch::optim::Optimizer& optimizer, const StateDict& saved,
                           const std::string& what) {
   const Layout& layout = step.layout();
-  if (saved.has("groups") && saved.get_int("groups") != 1)
-    throw CheckpointError(what + ": the optimizer state has " + std::to_string(saved.get_int("groups")) +
-                          " param groups; a sharded run's optimizer has one, over the rank's shard");
+  const auto& groups = optimizer.param_groups();
+  const std::int64_t saved_groups = saved.has("groups") ? saved.get_int("groups") : 1;
+  if (saved_groups != static_cast<std::int64_t>(groups.size()))
+    throw CheckpointError(what + ": the optimizer state has " + std::to_string(saved_groups) +
+                          " param groups, this run's optimizer " + std::to_string(groups.size()) +
+                          " (optimizer.weight_decay_exclude and lr_scale make the groups: keep the checkpoint's)");
   const NamedTensors shards = step.named_shard_parameters();
   StateDict mine;
   mine.set_scalars_json(saved.scalars_json());
-  mine.set_int("group0/params", static_cast<std::int64_t>(shards.size()));
+  // Each group holds this rank's shards of its parameters (another count at another rank, or in an unsharded
+  // run's state); which parameter's state is which goes by name.
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    mine.set_int("group" + std::to_string(g) + "/params", static_cast<std::int64_t>(groups[g].params().size()));
   std::map<std::string, std::set<std::size_t>> filled;  // per buffer: the slots given it
   c10::NoGradGuard no_grad;
   for (const std::string& key : saved.tensor_keys()) {

@@ -12,6 +12,7 @@
 
 #include <ATen/Context.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include "baton/declarations.h"
@@ -60,10 +61,12 @@ std::shared_ptr<torch::optim::Optimizer> sgd(const std::vector<at::Tensor>& para
 }
 
 // The model's parameters and buffers after a 2-epoch run with the optimizer `factory` builds.
-baton::test::Weights trained(Sharding sharding, baton::OptimizerBuilder factory, std::int64_t microbatch = 0) {
+baton::test::Weights trained(Sharding sharding, baton::OptimizerBuilder factory, std::int64_t microbatch = 0,
+                             baton::ParamGroupRules groups = {}) {
   baton::TrainerOptions o = options_for(sharding);
   o.optimizer_factory = std::move(factory);
   o.microbatch_size = microbatch;
+  o.param_groups = std::move(groups);
   baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
   trainer.fit();
   return baton::test::copy_state(trainer.model());
@@ -71,8 +74,9 @@ baton::test::Weights trained(Sharding sharding, baton::OptimizerBuilder factory,
 
 // `epochs` epochs with Adam in the run folder <dir>/<name>, saving each epoch; resumed (--resume auto) when `resume`.
 baton::test::Weights run_saving(const std::filesystem::path& dir, const std::string& name, Sharding sharding,
-                                int epochs, bool resume) {
+                                int epochs, bool resume, baton::ParamGroupRules groups = {}) {
   baton::TrainerOptions o = options_for(sharding);
+  o.param_groups = std::move(groups);
   o.run_dir = (dir / name).string();
   o.save_interval = Time(1, TimeUnit::epoch);
   o.max_duration = Time(epochs, TimeUnit::epoch);
@@ -127,6 +131,38 @@ TEST_SUITE("trainer") {
     const baton::test::Weights micro = trained(Sharding::none, sgd, 8);
     CHECK(max_relative_difference(trained(Sharding::zero2, sgd, 8), micro) <= 1e-6);
     CHECK(max_relative_difference(trained(Sharding::zero3, sgd, 8), micro) <= 1e-6);
+  }
+
+  TEST_CASE("issue 41: param groups (no weight decay on biases and norms, an lr multiplier) shard as they train") {
+    baton::ParamGroupRules groups;
+    groups.weight_decay_exclude = {"bias", "norm"};
+    groups.lr_scale = {{"classifier.*", 3.0}};
+    const baton::OptimizerBuilder adamw = [](const std::vector<at::Tensor>& parameters) {
+      return std::make_shared<torch::optim::AdamW>(parameters, torch::optim::AdamWOptions(0.01).weight_decay(0.5));
+    };
+    const baton::test::Weights reference = trained(Sharding::none, adamw, 0, groups);
+    // The groups change the training (or this test could not tell them applied).
+    CHECK(max_relative_difference(trained(Sharding::none, adamw), reference) > 1e-3);
+    for (Sharding mode : {Sharding::zero1, Sharding::zero2, Sharding::zero3}) {
+      const std::string mode_name = baton::sharding_name(mode);
+      CAPTURE(mode_name);
+      CHECK(max_relative_difference(trained(mode, adamw, 0, groups), reference) <= 1e-6);
+    }
+    // The optimizer state (a rank's file, or the unsharded section) keeps its groups; a resume continues them
+    // bitwise.
+    const auto dir = baton::test::scratch_dir("sharded-param-groups");
+    for (Sharding mode : {Sharding::none, Sharding::zero2}) {
+      const std::string name = baton::sharding_name(mode);
+      const baton::test::Weights straight = run_saving(dir, name + "-straight", mode, 4, false, groups);
+      run_saving(dir, name + "-resumed", mode, 2, false, groups);
+      CHECK(baton::test::bitwise_equal(run_saving(dir, name + "-resumed", mode, 4, true, groups), straight));
+    }
+    // Another grouping than the checkpoint's is refused, not resumed into the wrong groups.
+    baton::ParamGroupRules other;
+    other.weight_decay_exclude = {"bias"};
+    CHECK_THROWS_WITH_AS(run_saving(dir, "zero2-resumed", Sharding::zero2, 5, true, other),
+                         doctest::Contains("the optimizer state has 4 param groups, this run's optimizer 2"),
+                         baton::Error);
   }
 
   TEST_CASE("issue 38: what a sharded run refuses, with the reason") {

@@ -114,6 +114,7 @@ struct Trainer::Impl {
   std::shared_ptr<torch::nn::Module> module;
   /// Sharding zero1 / zero2: the step over this rank's shards, whose optimizer `optimizers` holds; null without.
   std::unique_ptr<sharding::ShardedStep> sharded;
+  std::string param_groups;  // the optimizer's groups as options.param_groups made them; "" for one group
   std::vector<NamedOptimizer> optimizers;
   std::shared_ptr<torch::optim::Optimizer> optimizer;  // the first of them
   std::shared_ptr<const Dataset> train;

@@ -17,6 +17,7 @@
 #include "trainer/init_checks.h"
 #include "trainer/module_mode.h"
 #include "trainer/step_errors.h"
+#include "optim/param_groups.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/weights_init.h"
 
@@ -111,13 +112,18 @@ std::unique_ptr<sharding::ShardedStep> sharded_step(const TrainerOptions& option
 
 // The run's optimizers: the model's own, the one given (named "optimizer"), or the one TrainerOptions'
 // optimizer_factory builds over the model's parameters or, sharded, over this rank's shard; one of them only.
+// TrainerOptions::param_groups split its one param group (`summary` says how).
 std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                           const TrainerOptions& options, const sharding::ShardedStep* sharded) {
+                                           const TrainerOptions& options, const sharding::ShardedStep* sharded,
+                                           std::string& summary) {
   const OptimizerBuilder& factory = options.optimizer_factory;
   if (!model.optimizers().empty()) {
     if (optimizer || factory)
       throw Error("the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
                   "), so the trainer's optimizer would be ignored: pass none");
+    if (!options.param_groups.empty())
+      throw Error("the model brings its own optimizers (" + optimizer_names(model.optimizers()) +
+                  "), which it groups itself: weight_decay_exclude and lr_scale apply to the trainer's optimizer");
     return model.optimizers();
   }
   if (optimizer && factory)
@@ -131,6 +137,12 @@ std::vector<NamedOptimizer> run_optimizers(const Model& model, std::shared_ptr<t
     if (!optimizer) throw Error("TrainerOptions::optimizer_factory returned no optimizer");
   }
   if (!optimizer) throw Error("the trainer needs an optimizer");
+  if (!options.param_groups.empty()) {
+    const ParamGroupPlan plan = plan_param_groups(*model.ptr(), options.param_groups);
+    apply_param_groups(*optimizer, sharded ? sharded->named_shard_parameters() : named_model_tensors(*model.ptr(), false),
+                       plan);
+    if (!plan.trivial()) summary = plan.summary();
+  }
   return {NamedOptimizer{"optimizer", std::move(optimizer)}};
 }
 
@@ -198,7 +210,7 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       model(std::move(model_in)),
       module(model ? model.ptr() : throw Error("the trainer needs a model (got an empty one)")),
       sharded(sharded_step(options, model, *module, device, precision)),
-      optimizers(run_optimizers(model, std::move(optimizer_in), options, sharded.get())),
+      optimizers(run_optimizers(model, std::move(optimizer_in), options, sharded.get(), param_groups)),
       optimizer(optimizers.front().optimizer),
       train(train_in ? std::move(train_in) : throw Error("the trainer needs training data (a null dataset)")),
       eval(eval_in ? std::move(eval_in) : std::make_shared<TensorDataset>()),
@@ -454,6 +466,7 @@ Logger& Trainer::logger() { return impl_->logger; }
 torch::nn::Module& Trainer::model() { return *impl_->module; }
 const TrainerOptions& Trainer::options() const { return impl_->options; }
 const PrecisionChoice& Trainer::precision() const { return impl_->chosen_precision; }
+const std::string& Trainer::param_groups() const { return impl_->param_groups; }
 const std::vector<std::string>& Trainer::warnings() const { return impl_->logger.warnings(); }
 
 }  // namespace baton

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "baton/export.h"
@@ -61,6 +62,19 @@ struct WeightsInit {
   bool strict = true;
   /// Globs over tensor names ("classifier.*"): model tensors left as initialised, source tensors not read.
   std::vector<std::string> ignore;
+};
+
+/// [optimizer] weight_decay_exclude and lr_scale: the optimizer's parameters in param groups (timm's and Composer's
+/// no weight decay on biases and normalisation weights; per-layer learning rates). Group 0 is the optimizer as
+/// configured; sharded runs group each rank's shards alike.
+struct ParamGroupRules {
+  /// Parameters trained with weight decay 0: kinds ("bias", "norm": a module whose type name contains Norm,
+  /// "embedding") or globs over dotted names ("*.pos_embed").
+  std::vector<std::string> weight_decay_exclude;
+  /// (glob, multiplier) in order: a parameter's lr is the optimizer's (as scheduled) times the multiplier of the
+  /// first glob that matches its name; 1 when none does.
+  std::vector<std::pair<std::string, double>> lr_scale;
+  bool empty() const { return weight_decay_exclude.empty() && lr_scale.empty(); }
 };
 
 struct TrainerSettings {

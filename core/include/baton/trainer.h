@@ -88,6 +88,9 @@ struct TrainerOptions : TrainerSettings {
   std::vector<std::string> units;
   /// Weights a fresh run starts from (fine-tuning); none by default.
   WeightsInit init;
+  /// How the optimizer's parameters split into param groups (weight decay off, lr multipliers); none by default.
+  /// Applied to the optimizer given or built by optimizer_factory, which must have one group.
+  ParamGroupRules param_groups;
   /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.
@@ -206,6 +209,9 @@ class BATON_API Trainer {
   const TrainerOptions& options() const;
   /// The precision the run trains in and why (options().precision may be "auto").
   const PrecisionChoice& precision() const;
+  /// The optimizer's param groups as TrainerOptions::param_groups made them ("3 param groups: 0 as configured:
+  /// ..."); "" when it has the one group it was built with.
+  const std::string& param_groups() const;
   /// Warnings logged during the run, for the final summary.
   const std::vector<std::string>& warnings() const;
 
