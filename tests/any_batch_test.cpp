@@ -434,10 +434,16 @@ path = ")" + std::string(BATON_TEST_PLUGIN_DIR) + R"(/fixture_any_batch.so"
       }
     }
     const auto checkpoint = baton::read_safetensors((dir / "runs/parted/checkpoints/ep8/state.safetensors").string());
-    bool discriminator_state = false;
-    for (const auto& [name, t] : checkpoint.tensors)
+    // Each optimizer under its name, none as plain "optimizer".
+    bool discriminator_state = false, generator_state = false, unnamed = false;
+    for (const auto& [name, t] : checkpoint.tensors) {
       discriminator_state = discriminator_state || name.rfind("optimizer.discriminator/", 0) == 0;
+      generator_state = generator_state || name.rfind("optimizer.generator/", 0) == 0;
+      unnamed = unnamed || name.rfind("optimizer/", 0) == 0;
+    }
     CHECK(discriminator_state);
+    CHECK(generator_state);
+    CHECK_FALSE(unnamed);
 
     // The model brings its optimizers: an [optimizer] table is refused at its key.
     std::string with_optimizer = config("refused", "1ep") + "[optimizer]\nname = \"sgd\"\n";

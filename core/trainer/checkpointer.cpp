@@ -103,8 +103,16 @@ void Checkpointer::save_final(TimeUnit unit) {
 }
 
 std::string Checkpointer::optimizer_section(std::size_t i) const {
-  // The first is "optimizer" whatever its name, so a run of one optimizer reads the checkpoints it always wrote.
-  return i == 0 ? std::string("optimizer") : "optimizer." + optimizers_[i].name;
+  // The trainer's one optimizer is "optimizer"; a model's own are each under their name ("optimizer.generator"),
+  // so reading a checkpoint never depends on the order they were given in.
+  const std::string& name = optimizers_[i].name;
+  return name == "optimizer" ? name : "optimizer." + name;
+}
+
+const StateDict* Checkpointer::saved_optimizer(const CheckpointData& data, std::size_t i) const {
+  if (const StateDict* named = data.section(optimizer_section(i))) return named;
+  // Checkpoints written before every optimizer was named kept a model's first one as plain "optimizer".
+  return i == 0 ? data.section("optimizer") : nullptr;
 }
 
 CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, StateDict>>& files) const {
@@ -311,10 +319,10 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
     if (saved) sharding::load_optimizer_shard(*sharded_, *optimizers_.front().optimizer, *saved, what);
   }
   for (std::size_t i = 0; i < optimizers_.size() && !sharded_; ++i) {
-    const StateDict* saved = data.section(optimizer_section(i));
+    const StateDict* saved = saved_optimizer(data, i);
     if (saved == nullptr) {
-      // A model's second optimizer missing from its checkpoint would resume from a fresh state: not bitwise.
-      if (i > 0)
+      // A model's optimizer missing from its checkpoint would resume from a fresh state: not bitwise.
+      if (optimizers_.size() > 1)
         throw CheckpointError("checkpoint " + path + " has no state for optimizer '" + optimizers_[i].name +
                               "' (section " + optimizer_section(i) + "): it was written by a run of other optimizers");
       continue;

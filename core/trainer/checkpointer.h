@@ -58,6 +58,8 @@ class Checkpointer {
   std::string name_at(TimeUnit unit) const;
   /// The checkpoint section of optimizer i.
   std::string optimizer_section(std::size_t i) const;
+  /// Optimizer i's state in `data`: its section, or an older checkpoint's name for it; null when absent.
+  const StateDict* saved_optimizer(const CheckpointData& data, std::size_t i) const;
   void write(const std::string& name, const std::vector<std::pair<std::string, StateDict>>& files,
              const std::vector<std::function<void(const std::string&)>>& hooks);
   CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;

@@ -348,4 +348,54 @@ TEST_SUITE("trainer") {
     CHECK(before_end);
     CHECK(std::find(names.begin(), names.end(), "ba1") == names.end());
   }
+
+  TEST_CASE("issue 41: a model's optimizers are each saved under their name, and resume in any order") {
+    // The mlp's weights stepped by SGD "a", its biases by another SGD "b" (no momentum, another lr): the trainer's
+    // own step runs both.
+    const auto model_of = [](bool reversed) {
+      at::manual_seed(5);
+      baton::ModelSpec spec;
+      spec.name = "mlp";
+      spec.widths = {16};
+      baton::Model model = baton::make_model(spec);
+      std::vector<at::Tensor> weights, biases;
+      for (const auto& p : model.ptr()->named_parameters())
+        (p.key().size() > 4 && p.key().substr(p.key().size() - 4) == "bias" ? biases : weights).push_back(p.value());
+      baton::NamedOptimizer a{"a", std::make_shared<torch::optim::SGD>(weights, torch::optim::SGDOptions(0.05).momentum(0.9))};
+      baton::NamedOptimizer b{"b", std::make_shared<torch::optim::SGD>(biases, torch::optim::SGDOptions(0.02).momentum(0.5))};
+      model.with_optimizers(reversed ? std::vector<baton::NamedOptimizer>{b, a} : std::vector<baton::NamedOptimizer>{a, b});
+      return model;
+    };
+    const auto run = [&](const fs::path& dir, int epochs, bool reversed, const std::string& resume) {
+      baton::TrainerOptions o = baton::test::quiet_options(dir.string());
+      o.max_duration = Time(epochs, TimeUnit::epoch);
+      o.resume = resume;
+      baton::Trainer trainer(model_of(reversed), nullptr,
+                             std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(96, 7)),
+                             std::make_shared<baton::TensorDataset>(baton::make_synthetic_dataset(50, 8)), o);
+      trainer.fit();
+      return baton::test::copy_state(trainer.model());
+    };
+    const fs::path dir = baton::test::scratch_dir("named-optimizers");
+    const auto straight = run(dir / "straight", 4, false, "");
+    run(dir / "parted", 2, false, "");
+    const std::string ep2 = (dir / "parted" / "checkpoints" / "ep2").string();
+    baton::CheckpointData data = baton::load_checkpoint(ep2);
+    CHECK(data.section("optimizer.a") != nullptr);
+    CHECK(data.section("optimizer.b") != nullptr);
+    CHECK(data.section("optimizer") == nullptr);
+    // Given in the other order, each optimizer still finds its own state: bitwise the uninterrupted run.
+    CHECK(baton::test::bitwise_equal(run(dir / "reordered", 4, true, ep2), straight));
+    // A checkpoint written when the first optimizer was stored as plain "optimizer" resumes as before.
+    for (auto& [name, section] : data.sections)
+      if (name == "optimizer.a") name = "optimizer";
+    const std::string old = baton::CheckpointStore((dir / "old").string(), 0).save("ep2", data);
+    CHECK(baton::test::bitwise_equal(run(dir / "from-old", 4, false, old), straight));
+    // A missing optimizer is an error naming it, not a fresh state.
+    for (auto& [name, section] : data.sections)
+      if (name == "optimizer.b") name = "optimizer.c";
+    const std::string missing = baton::CheckpointStore((dir / "missing").string(), 0).save("ep2", data);
+    CHECK_THROWS_WITH_AS(run(dir / "from-missing", 4, false, missing),
+                         doctest::Contains("has no state for optimizer 'b' (section optimizer.b)"), baton::Error);
+  }
 }
