@@ -394,6 +394,12 @@ path = ")" + std::string(BATON_TEST_PLUGIN_DIR) + R"(/fixture_any_batch.so"
         CHECK(record["lr/generator"].get<double>() == doctest::Approx(0.002));
         CHECK(record["lr/discriminator"].get<double>() == doctest::Approx(0.002));
         ++lr_records;
+        // The step's own losses (StepContext::log), averaged over the same batches as their sum.
+        REQUIRE(record.contains("train/d_loss"));
+        REQUIRE(record.contains("train/g_loss"));
+        CHECK(record["train/d_loss"].get<double>() + record["train/g_loss"].get<double>() ==
+              doctest::Approx(record["train/loss"].get<double>()).epsilon(1e-5));
+        CHECK(record["train/d_loss"].get<double>() > 0);
       }
       if (record.contains("eval/ring_error")) ema_curve.push_back(record["eval/ring_error"].get<double>());
       if (record.contains("eval_raw/ring_error")) raw_curve.push_back(record["eval_raw/ring_error"].get<double>());

@@ -51,6 +51,7 @@ struct Trainer::Impl::OwnStep final : StepContext {
   }
   void zero_grad(const std::string& name) override { optimizer(name).zero_grad(); }
   void set_outputs(Outputs outputs) override { t.state.outputs = std::move(outputs); }
+  void log(const std::string& name, double value) override { t.training_log.add_step_value(name, value); }
   Impl& t;
 };
 

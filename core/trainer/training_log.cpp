@@ -9,6 +9,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "baton/communicator.h"
+#include "baton/error.h"
 #include "logging/run_logger.h"
 #include "baton/time.h"
 
@@ -42,6 +43,33 @@ void TrainingLog::batch_end(State& state, Logger&) {
   if (bar_) bar_->update(now.batch_in_epoch, bar_metrics());
 }
 
+void TrainingLog::add_step_value(const std::string& name, double value) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "loss")
+    throw Error("StepContext::log: \"" + name + "\" cannot be logged as train/<name>: expected a name without '/' "
+                "other than \"loss\"");
+  auto& [sum, count] = step_values_[name];
+  sum += value;
+  ++count;
+}
+
+// The model step's own values, each its window's mean over every rank's batches (one collective for all of them,
+// in name order, which every rank shares).
+void TrainingLog::log_step_values(State& state) {
+  if (step_values_.empty()) return;
+  std::vector<double> sums;
+  for (const auto& [name, value] : step_values_) {
+    sums.push_back(value.first);
+    sums.push_back(static_cast<double>(value.second));
+  }
+  if (state.facts.communicator()) sums = state.facts.communicator()->sum(sums);
+  std::size_t i = 0;
+  for (const auto& [name, value] : step_values_) {
+    logger_.log_metric("train/" + name, sums[i] / sums[i + 1]);
+    i += 2;
+  }
+  step_values_.clear();
+}
+
 // An evaluation's lines end the bar's line for the rest of its epoch; the next epoch starts a new bar.
 void TrainingLog::eval_before_all(State&, Logger&) { finish_bar(/*next_epoch=*/false); }
 void TrainingLog::epoch_end(State&, Logger&) { finish_bar(/*next_epoch=*/true); }
@@ -65,6 +93,7 @@ void TrainingLog::log_loss(State& state) {
   if (!std::isfinite(sum)) report_nonfinite_loss(state, count_);
   window_losses_.clear();
   logger_.log_metric("train/loss", sum / total);
+  log_step_values(state);
   logger_.log_metric("lr", state.facts.optimizer()->param_groups().front().options().get_lr());
   // A model of several optimizers (a GAN's generator and discriminator): each one's under its name too.
   const auto& optimizers = state.facts.optimizers();

@@ -4,6 +4,7 @@
 // train/loss and lr every log_interval batches and at each epoch's end (reduced across ranks), and a warning naming
 // the first batch whose loss is not finite.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,9 +29,13 @@ class TrainingLog final : public Callback {
   void eval_before_all(State& state, Logger& logger) override;
   void epoch_end(State& state, Logger& logger) override;
   void fit_end(State& state, Logger& logger) override;
+  /// A value a model's own step logs (StepContext::log): averaged with the others of its name until the next
+  /// train/loss, then logged as "train/<name>".
+  void add_step_value(const std::string& name, double value);
 
  private:
   void log_loss(State& state);
+  void log_step_values(State& state);
   void report_nonfinite_loss(const State& state, std::int64_t count);
   /// The epoch's bar ends its line (before an evaluation's lines, at the epoch's end, at a stop); `next_epoch`: the
   /// next batch starts a new one (else the bar stays finished until its epoch ends).
@@ -43,6 +48,7 @@ class TrainingLog final : public Callback {
   at::Tensor loss_sum_;  // since the last log, on the device: summed without a sync per batch
   std::int64_t count_ = 0;
   std::optional<double> last_loss_;  // the train/loss this process last logged; none before its first
+  std::map<std::string, std::pair<double, std::int64_t>> step_values_;  // name -> (sum, count) since the last log
   std::vector<at::Tensor> window_losses_;  // each batch's loss since the last log, until a non-finite one is reported
   bool reported_nonfinite_ = false;
 };

@@ -69,6 +69,10 @@ class BATON_API StepContext {
   virtual void zero_grad(const std::string& optimizer) = 0;
   /// What plugins see as State::outputs from after_forward on (the step's samples, its discriminator scores).
   virtual void set_outputs(Outputs outputs) = 0;
+  /// A value of this step to log as "train/<name>" beside train/loss (a GAN's d_loss and g_loss): averaged, as
+  /// train/loss is, over the batches of each log_interval and over the data-parallel ranks (every rank's step must
+  /// log the same names). `name` is not empty, has no '/' and is not "loss"; throws baton::Error otherwise.
+  virtual void log(const std::string& name, double value) = 0;
 };
 
 /// A model's own training step: returns the loss to report (detached or not; the trainer does not backpropagate
