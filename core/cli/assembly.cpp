@@ -316,6 +316,7 @@ std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOp
   t.units = config.distributed.units;
   t.init = config.model_init;
   t.param_groups = config.param_groups;
+  t.keep_best = config.keep_best;
   t.loggers = std::move(built.loggers);
   if (config.settings.sharding != Sharding::none && built.optimizer) {
     // A sharded run's optimizer steps this rank's shard, which the Trainer makes: it builds the optimizer itself,

@@ -76,6 +76,7 @@ struct RunConfig {
   WeightsInit model_init;       // [model] init, init_weights, strict, ignore (fine-tuning)
   ComponentSection optimizer;   // [optimizer]: name = "sgd"
   ParamGroupRules param_groups; // [optimizer] weight_decay_exclude, lr_scale (the trainer's, not the optimizer's)
+  KeepBest keep_best;           // [checkpoint] keep_best (the trainer's, beside the settings table's keys)
   ComponentSection scheduler;   // [scheduler]: name = "constant"
   ComponentSection loss;        // [loss]: name = "" (the dataset's task decides: cross_entropy or mse)
   /// The settings the Trainer takes (baton/settings.h): [run] seed, [data] batch_size, eval_batch_size, workers

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "baton/declarations.h"
 #include "config/config_parts.h"
 #include "config/settings_table.h"
 #include "sdk/toml_node.h"
@@ -270,6 +271,18 @@ void read_param_groups(const PluginConfig& s, ParamGroupRules& rules) {
   }
 }
 
+// [checkpoint] keep_best = { metric, keep, mode }: a table beside the settings table's flat keys.
+void read_keep_best(const PluginConfig& s, KeepBest& best) {
+  if (!s.has("keep_best")) return;
+  const PluginConfig table = s.get<PluginConfig>("keep_best");
+  const WatchedMetric watched = read_watched_metric(table, "metric");
+  best.metric = watched.metric;
+  best.maximize = watched.maximize;
+  best.where = watched.where;
+  best.keep = table.get_int_or("keep", best.keep, Range::at_least(1), "at least 1 checkpoint to keep");
+  table.reject_unread();
+}
+
 std::vector<EvalEntry> read_evals(toml::table& root, const Context& ctx) {
   std::vector<EvalEntry> evals;
   // Each set is read knowing the earlier ones (names must differ).
@@ -320,7 +333,10 @@ RunConfig read_sections(toml::table& root, const std::string& source) {
   section("scheduler", [&](const PluginConfig& s) { read_component(s, config.scheduler, "constant"); }, false);
   section("loss", [&](const PluginConfig& s) { read_component(s, config.loss, ""); }, false);
   section("trainer", [&](const PluginConfig& s) { read_settings(s, "trainer", config.settings); }, true);
-  section("checkpoint", [&](const PluginConfig& s) { read_settings(s, "checkpoint", config.settings); }, true);
+  section("checkpoint", [&](const PluginConfig& s) {
+    read_settings(s, "checkpoint", config.settings);
+    read_keep_best(s, config.keep_best);
+  }, true);
   section("distributed", [&](const PluginConfig& s) { read_distributed(s, config.distributed, config.settings); }, true);
   section("plugin_search", [&](const PluginConfig& s) { read_plugin_search(s, config, ctx); }, true);
   config.evals = read_evals(root, ctx);

@@ -313,6 +313,29 @@ allow_insecure = true
     CHECK(failure("[optimizer]\nlr_scale = { \"fc.*\" = \"x\" }\n").line == 2);
   }
 
+  TEST_CASE("[checkpoint] keep_best: the metric, how many, and the direction when given") {
+    const RunConfig c = parse("[checkpoint]\nkeep_last = 2\nkeep_best = { metric = \"eval/loss\", keep = 3 }\n");
+    CHECK(c.keep_best.metric == "eval/loss");
+    CHECK(c.keep_best.keep == 3);
+    CHECK_FALSE(c.keep_best.maximize.has_value());  // the metric's own direction, known once the run is built
+    CHECK(c.keep_best.where.line == 3);
+    CHECK(c.settings.keep_last == 2);
+    const RunConfig mode = parse("[checkpoint]\nkeep_best = { metric = \"eval/f1\", mode = \"max\" }\n");
+    CHECK(mode.keep_best.keep == 1);
+    CHECK(mode.keep_best.maximize == std::optional<bool>(true));
+    CHECK_FALSE(parse("").keep_best.enabled());
+    CHECK(failure("[checkpoint]\nkeep_best = { keep = 2 }\n").what ==
+          "cfg.toml:2:13: checkpoint.keep_best.metric: missing: expected a metric name such as \"eval/accuracy\"");
+    const Failure none = failure("[checkpoint]\nkeep_best = { metric = \"eval/loss\", keep = 0 }\n");
+    CHECK(none.key == "checkpoint.keep_best.keep");
+    CHECK(contains(none.what, "at least 1 checkpoint to keep"));
+    CHECK(failure("[checkpoint]\nkeep_best = { metric = \"eval/loss\", mode = \"up\" }\n").key ==
+          "checkpoint.keep_best.mode");
+    CHECK(failure("[checkpoint]\nkeep_best = { metric = \"eval/loss\", save_top_k = 2 }\n").key ==
+          "checkpoint.keep_best.save_top_k");
+    CHECK(failure("[checkpoint]\nkeep_best = \"eval/loss\"\n").key == "checkpoint.keep_best");
+  }
+
   TEST_CASE("load_config reads a file and resolves plugin paths against its folder") {
     const auto dir = scratch("load");
     write(dir / "sub" / "run.toml", R"([run]

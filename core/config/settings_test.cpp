@@ -281,11 +281,11 @@ TEST_SUITE("settings") {
         });
         if (setting == table.end()) {
           // The run's folder, the dataset and its metrics are RunConfig's own, not the Trainer's settings (zero3's
-          // units are TrainerOptions', a list of module names no setting rule covers).
+          // units and the best checkpoints' table are TrainerOptions', which no setting rule covers).
           const std::vector<std::string> own = {"run.name",          "run.dir",
                                                 "data.name",         "data.metrics",
                                                 "distributed.backend", "distributed.timeout_seconds",
-                                                "distributed.units"};
+                                                "distributed.units", "checkpoint.keep_best"};
           CHECK(std::find(own.begin(), own.end(), section + "." + key) != own.end());
           continue;
         }

@@ -22,6 +22,8 @@ struct Declarations::Data {
   std::vector<std::string> weight_sets;
   std::vector<std::string> eval_passes;
   std::vector<std::string> replicated_only;
+  std::vector<BestCheckpointsRequest> keep_best;
+  std::vector<std::string> best_files;
 };
 
 Declarations::Declarations(std::string device, int world_size, std::string requested_weights)
@@ -48,6 +50,13 @@ void Declarations::eval_pass(const std::string& label) {
   if (label != "eval") add_once(data_->eval_passes, label);
 }
 
+void Declarations::keep_best(const WatchedMetric& metric, std::int64_t keep) {
+  if (keep < 1) throw Error(metric.key + ": keep the best " + std::to_string(keep) + " checkpoints? at least 1");
+  data_->keep_best.push_back({metric, keep});
+  data_->watched.push_back(metric);  // checked as every watched metric is
+}
+void Declarations::best_file(const std::string& filename) { add_once(data_->best_files, filename); }
+
 void Declarations::replicated_only(const std::string& what) { data_->replicated_only.push_back(what); }
 
 const std::vector<std::string>& Declarations::metrics() const { return data_->metrics; }
@@ -56,6 +65,8 @@ const std::vector<std::string>& Declarations::metric_families() const { return d
 const std::vector<WatchedMetric>& Declarations::watched() const { return data_->watched; }
 const std::vector<std::string>& Declarations::weight_sets() const { return data_->weight_sets; }
 const std::vector<std::string>& Declarations::eval_passes() const { return data_->eval_passes; }
+const std::vector<BestCheckpointsRequest>& Declarations::keep_best_requests() const { return data_->keep_best; }
+const std::vector<std::string>& Declarations::best_files() const { return data_->best_files; }
 const std::vector<std::string>& Declarations::replicated_only_reasons() const { return data_->replicated_only; }
 
 }  // namespace baton

@@ -23,6 +23,7 @@
 #include "baton/time.h"
 #include "sharding/sharded_state.h"
 #include "sharding/zero.h"
+#include "trainer/checkpoint_selection.h"
 #include "trainer/loss_scaler.h"
 
 namespace fs = std::filesystem;
@@ -55,7 +56,7 @@ class PendingCheckpoint final : public CheckpointInProgress {
 Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
                            const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
                            std::vector<double> base_lrs, LossScaler* scaler,
-                           const sharding::ShardedStep* sharded)
+                           const sharding::ShardedStep* sharded, CheckpointSelection* selection)
     : state_(run.state),
       engine_(run.engine),
       logger_(run.logger),
@@ -65,7 +66,8 @@ Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
       plugins_(plugins),
       base_lrs_(std::move(base_lrs)),
       scaler_(scaler),
-      sharded_(sharded) {
+      sharded_(sharded),
+      selection_(selection) {
   if (!options_.run_dir.empty()) {
     std::string dir = options_.checkpoint_dir.empty() ? (fs::path(options_.run_dir) / "checkpoints").string()
                                                      : options_.checkpoint_dir;
@@ -146,6 +148,7 @@ CheckpointData Checkpointer::capture(const std::vector<std::pair<std::string, St
   }
   for (const auto& [name, value] : state_.metrics) trainer_state.set_double("metric/" + name, value);
   if (scaler_) scaler_->state_dict(trainer_state);
+  if (selection_) selection_->save(trainer_state);
   data.sections.emplace_back("trainer", std::move(trainer_state));
 
   for (const auto& [id, plugin] : plugins_) {
@@ -163,6 +166,8 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   // Every rank captures, since a plugin's state may need a collective (a sharded EMA gathers), and keeps the
   // same record of the save, so all ranks make the same decisions after it; rank 0 alone writes.
   auto started = std::chrono::steady_clock::now();
+  // Ranked before the capture, so the checkpoint holds its own place in the selection.
+  const bool selected = selection_ && selection_->offer(name, (fs::path(store_->dir()) / name).string());
   CheckpointData data = capture(files);
   last_save_batch_ = state_.progress.now.batch;
   state_.last_checkpoint = (fs::path(store_->dir()) / name).string();
@@ -182,6 +187,14 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
       call_plugin([&] { hook(path); }, [&] { return "after saving " + path; });
     } catch (const std::exception& e) {
       logger_.warn(e.what());
+    }
+  }
+  // best/ follows once the checkpoint is on disk; a copy that fails leaves the run and the checkpoint as they are.
+  if (selected) {
+    try {
+      selection_->publish(name);
+    } catch (const std::exception& e) {
+      logger_.warn("checkpoint selection: cannot update best/ with " + path + ": " + e.what());
     }
   }
 }
@@ -350,6 +363,7 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
     if (saved->has("batch_size")) saved_batch = saved->get_int("batch_size");
     if (saved->has("max_duration")) saved_duration = saved->get_string("max_duration");
   }
+  if (selection_) selection_->load(data, path);
   // The data and the model are what a resumed run is meant to continue: other settings there (another
   // train_subset mid-epoch, other widths) are allowed, but never silently.
   const auto changed = changed_settings(data.config_text, options_.config_text, {"data", "model"});

@@ -19,6 +19,7 @@ namespace sharding {
 class ShardedStep;
 }
 
+class CheckpointSelection;
 class Engine;
 class LossScaler;
 class RunLogger;
@@ -32,9 +33,10 @@ class Checkpointer {
   /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
   /// `sharded`: a sharded run's step (zero1 / zero2), whose optimizer is the run's: each rank then writes its rows
   /// of the parameters and its optimizer state into shard files of its own (sharding/sharded_state.h).
+  /// `selection`: the run's best checkpoints, ranked as each is saved, kept in its state and restored with it.
   Checkpointer(const RunContext& run, torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
                const PluginList& plugins, std::vector<double> base_lrs, LossScaler* scaler = nullptr,
-               const sharding::ShardedStep* sharded = nullptr);
+               const sharding::ShardedStep* sharded = nullptr, CheckpointSelection* selection = nullptr);
   ~Checkpointer();
 
   /// Whether this run writes checkpoints at all (it has a run folder).
@@ -83,6 +85,7 @@ class Checkpointer {
   std::vector<double> base_lrs_;
   LossScaler* scaler_;
   const sharding::ShardedStep* sharded_;
+  CheckpointSelection* selection_;
   std::unique_ptr<CheckpointStore> store_;
   std::int64_t last_save_batch_ = -1;
 };

@@ -54,6 +54,7 @@ FitResult Trainer::Impl::fit() {
     if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
     clock.guess_first_save(first_save_guess());
     fitting = true;
+    selection.fit_start();
     fire(Event::fit_start);
     // zero3: from here each unit is whole only while it runs. After fit_start, where plugins see the whole model (an
     // EMA starts from it, channels_last converts it: the units keep that memory format when gathered).
@@ -199,6 +200,7 @@ ClockReading Trainer::Impl::read_clock() const {
 void Trainer::Impl::evaluate_in_fit(Evaluator& set) {
   const double started = fit_seconds();
   set.run_in_fit();
+  if (!history.empty()) selection.evaluated(history.back());
   clock.took(WallClock::Activity::evaluation, fit_seconds() - started);
 }
 

@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "logging/run_logger.h"
 #include "sharding/zero.h"
+#include "trainer/checkpoint_selection.h"
 #include "trainer/checkpointer.h"
 #include "trainer/evaluator.h"
 #include "trainer/loss_scaler.h"
@@ -131,6 +132,7 @@ struct Trainer::Impl {
   Precision precision;               // chosen_precision's
   RunContext context;                  // the above, for the collaborators below
   std::unique_ptr<LossScaler> scaler;  // amp_fp16 only
+  CheckpointSelection selection;  // [checkpoint] keep_best: best/
   Checkpointer checkpoints;
   LossFunction loss;
   std::vector<EvalRecord> history;  // every evaluation set's, one record per point of the run

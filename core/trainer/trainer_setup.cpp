@@ -225,7 +225,8 @@ Trainer::Impl::Impl(Model model_in, std::shared_ptr<torch::optim::Optimizer> opt
       precision(chosen_precision.precision),
       context{state, engine, logger, options, precision, device},
       scaler(precision == Precision::amp_fp16 ? std::make_unique<LossScaler>() : nullptr),
-      checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get(), sharded.get()),
+      selection(context),
+      checkpoints(context, *module, optimizers, plugins, base_lrs, scaler.get(), sharded.get(), &selection),
       loss(run_loss(options, model, train->spec())),
       evaluator(context, model, *eval, loss, options.metrics, "", history),
       schedule(options.eval_interval, options.save_interval, eval->size() > 0, checkpoints.has_store()),
@@ -371,6 +372,7 @@ void Trainer::Impl::settle_declarations() {
   higher_is_better.insert(declarations.directions().begin(), declarations.directions().end());
   state.facts.set_metrics(std::move(names), std::move(higher_is_better), declarations.metric_families());
   check_watched_metrics(state.facts, declarations.watched());
+  selection.settle(declarations);
 }
 
 // Loads `checkpoint` (when given) after init, for a standalone evaluation or prediction. A set of weights asked

@@ -1,6 +1,7 @@
 // The `ema` plugin: an exponential moving average of the model's weights (Composer's EMA algorithm, without its
-// bugs), evaluated in place of (or beside) the raw weights, exported with every checkpoint, and used to select the
-// best checkpoints. A thin adapter over baton::ExponentialMovingAverage; docs/ema.md describes it for users.
+// bugs), evaluated in place of (or beside) the raw weights, exported with every checkpoint, and the file best/ shows
+// for the checkpoints the run selects (its `select` asks the run for that selection). A thin adapter over
+// baton::ExponentialMovingAverage; docs/ema.md describes it for users.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -16,7 +17,6 @@
 #include "baton/safetensors.h"
 
 #include "ema_schedule.h"
-#include "ema_selection.h"
 #include "ema_settings.h"
 
 namespace fs = std::filesystem;
@@ -52,12 +52,6 @@ NamedTensors model_state_copy(const torch::nn::Module& model) {
   return out;
 }
 
-// An evaluation measured at one point of training, waiting for a checkpoint at that same point.
-struct Candidate {
-  double value = 0;
-  Timestamp at;
-};
-
 class EmaAlgorithm final : public Algorithm {
  public:
   explicit EmaAlgorithm(const PluginConfig& config)
@@ -75,7 +69,6 @@ class EmaAlgorithm final : public Algorithm {
     events.on(Event::epoch_end, this, &EmaAlgorithm::on_epoch_end);
     events.on(Event::eval_start, this, &EmaAlgorithm::on_eval_start);
     events.on(Event::eval_end, this, &EmaAlgorithm::on_eval_or_predict_end);
-    events.on(Event::eval_after_all, this, &EmaAlgorithm::on_evaluated);
     events.on(Event::predict_start, this, &EmaAlgorithm::on_predict_start);
     events.on(Event::predict_end, this, &EmaAlgorithm::on_eval_or_predict_end);
     events.on(Event::batch_checkpoint, this, &EmaAlgorithm::on_checkpoint);
@@ -84,13 +77,14 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   // What the run must know before it starts: the sets `--weights` may name, the metrics this plugin logs, the
-  // metric selection ranks by, and the raw weights' evaluation pass.
+  // run's checkpoint selection it asks for, the file best/ shows, and the raw weights' evaluation pass.
   void declare(Declarations& run) const override {
     run.weight_set(kEmaSet);
     run.weight_set(kRawSet);
     run.metric("ema/smoothing");
     run.metric("ema/half_life_batches");
-    if (settings_.select.enabled) run.watch(selection_metric());
+    if (settings_.select.enabled) run.keep_best(selection_metric(), settings_.select.keep);
+    run.best_file(kExportFile);
     if (settings_.eval == EvalMode::both) run.eval_pass(kRawLabel);
   }
 
@@ -103,7 +97,6 @@ class EmaAlgorithm final : public Algorithm {
     out.set_bool("started", started_);
     out.set_int("updates", updates_);
     out.set_double("smoothing", settings_.base_smoothing());
-    if (settings_.select.enabled) ranking_.save(out);
     if (posthoc_) posthoc_->save(out);
   }
 
@@ -125,11 +118,6 @@ class EmaAlgorithm final : public Algorithm {
     }
     started_ = in.get_bool("started");
     updates_ = in.get_int("updates");
-    // The ranking is restored at after_load, once its direction is settled (the scalars alone are kept).
-    if (settings_.select.enabled) {
-      saved_selection_.emplace();
-      saved_selection_->set_scalars_json(in.scalars_json());
-    }
     if (posthoc_ && !restart_posthoc_) posthoc_->load(in);
   }
 
@@ -207,13 +195,6 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   void on_after_load(State& state, Logger& logger) {
-    settle_selection(state);
-    if (saved_selection_) {
-      if (!ranking_.load(*saved_selection_))
-        logger.warn("ema: the checkpoint's selection ranked checkpoints by another metric or mode; selection by " +
-                    settings_.select.metric + " (" + ranking_.mode() + ") starts afresh");
-      saved_selection_.reset();
-    }
     if (restart_from_weights_) {
       restart_from_weights_ = false;
       ema_.reset(*model_);
@@ -236,18 +217,7 @@ class EmaAlgorithm final : public Algorithm {
     posthoc_->to(target_device(state));
   }
 
-  // Selection's direction: `mode` when given, else the metric's own, which the run knows once init is complete
-  // (the trainer refuses a metric without one before the run starts). Settled at after_load or fit_start,
-  // whichever comes first.
-  void settle_selection(const State& state) {
-    if (!settings_.select.enabled || selection_settled_) return;
-    ranking_ = Ranking(settings_.select.metric, state.facts.maximizes(selection_metric()), settings_.select.keep);
-    selection_settled_ = true;
-  }
-
   void on_fit_start(State& state, Logger& logger) {
-    settle_selection(state);
-    fitting_ = true;
     ema_.to(target_device(state));
     logger.info(settings_.describe(state.progress.batches_per_epoch));
     if (ema_.sharded())
@@ -258,10 +228,6 @@ class EmaAlgorithm final : public Algorithm {
     logger.log_metric("ema/smoothing", settings_.base_smoothing());
     double half_life = settings_.half_life_batches(state.progress.batches_per_epoch);
     if (std::isfinite(half_life)) logger.log_metric("ema/half_life_batches", half_life);
-    // A resumed run may come from an earlier checkpoint than best/ reflects, or from a crash between a save and
-    // its copy into best/: best/ is made to match the restored ranking.
-    if (selecting(state) && !ranking_.entries().empty())
-      for (const auto& warning : publish_best(best_dir(state), ranking_)) logger.warn(warning);
     if (posthoc_) posthoc_fit_start(state, logger);
   }
 
@@ -341,7 +307,6 @@ class EmaAlgorithm final : public Algorithm {
   }
 
   void on_batch_start(State&, Logger&) {
-    candidate_.reset();
     checkpoint_shadow_.reset();
     restore_raw();
   }
@@ -363,26 +328,11 @@ class EmaAlgorithm final : public Algorithm {
     if (ema_.initialized() && ema_.swapped()) ema_.swap(*model_);
   }
 
-  void on_evaluated(State& state, Logger&) {
-    // Selection ranks the checkpoints of training; a standalone evaluation saves none.
-    if (!settings_.select.enabled || !fitting_) return;
-    auto it = state.metrics.find(settings_.select.metric);
-    if (it == state.metrics.end()) {
-      std::string logged;
-      for (const auto& [name, value] : state.metrics) logged += (logged.empty() ? "" : ", ") + name;
-      settings_.select.table.fail("metric", "metric '" + settings_.select.metric +
-                                                "' was never logged, so no checkpoint can be selected by it "
-                                                "(logged so far: " + logged + ")");
-    }
-    candidate_ = Candidate{it->second, state.progress.now};
-  }
-
-  void on_checkpoint(State& state, Logger& logger) {
+  void on_checkpoint(State& state, Logger&) {
     if (state.checkpoint == nullptr) return;
     NamedTensors weights = inference_weights(state);  // every rank: a sharded EMA gathers
     if (started_) checkpoint_shadow_ = weights;   // the same tensors serve state_dict right after
     state.checkpoint->add_tensors_file(kExportFile, export_file(weights));
-    select(state, logger);
   }
 
   // Every ema.safetensors (in checkpoints, best/ and the run folder) is this, with the keys docs/ema.md lists.
@@ -395,27 +345,9 @@ class EmaAlgorithm final : public Algorithm {
     return file;
   }
 
-  // The ranking takes the candidate before the checkpoint captures this plugin's state, so the checkpoint
-  // remembers its own place in it; best/ follows once the checkpoint is on disk.
-  void select(State& state, Logger& logger) {
-    if (!selecting(state) || !candidate_ || candidate_->at.batch != state.progress.now.batch) return;
-    const std::string path = state.checkpoint->path();
-    RankedCheckpoint entry{fs::path(path).filename().string(), path, candidate_->value, candidate_->at.epoch,
-                           candidate_->at.batch};
-    candidate_.reset();
-    if (!ranking_.offer(entry)) return;
-    Logger* log = &logger;
-    std::string best = best_dir(state);
-    Ranking ranking = ranking_;
-    state.checkpoint->after_commit([log, best, ranking, name = entry.name](const std::string&) {
-      for (const auto& warning : publish_best(best, ranking, name)) log->warn(warning);
-    });
-  }
-
   void on_fit_end(State& state, Logger& logger) {
     // The last weights are always a snapshot, so synthesis can target the end of training.
     if (posthoc_) write_snapshots(state, logger);
-    fitting_ = false;
     checkpoint_shadow_.reset();
     restore_raw();
     if (state.facts.run_dir().empty() || !ema_.initialized()) return;
@@ -438,12 +370,6 @@ class EmaAlgorithm final : public Algorithm {
     return model_state_copy(*model_);
   }
 
-  bool selecting(const State& state) const {
-    return settings_.select.enabled && !state.facts.run_dir().empty() && state.facts.rank() == 0;
-  }
-
-  static std::string best_dir(const State& state) { return (fs::path(state.facts.run_dir()) / "best").string(); }
-
   std::string target_device(const State& state) const {
     return settings_.ema.device.empty() ? state.facts.device() : settings_.ema.device;
   }
@@ -451,15 +377,10 @@ class EmaAlgorithm final : public Algorithm {
   EmaSettings settings_;
   std::string eval_weights_;  // the set a standalone evaluation or prediction asked for (RunFacts::requested_weights)
   ExponentialMovingAverage ema_;
-  Ranking ranking_;                         // by the direction settle_selection gives
-  bool selection_settled_ = false;
-  std::optional<StateDict> saved_selection_;  // the checkpoint's scalars, for the ranking at after_load
   torch::nn::Module* model_ = nullptr;
   bool started_ = false;
   std::int64_t updates_ = 0;
   bool restart_from_weights_ = false;
-  bool fitting_ = false;
-  std::optional<Candidate> candidate_;
   std::optional<PosthocTracker> posthoc_;
   bool restart_posthoc_ = false;
   mutable std::optional<NamedTensors> checkpoint_shadow_;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "best_folder.h"
 #include "ema_test_support.h"
 
 using namespace ema_test;
@@ -25,58 +26,14 @@ baton::TrainerOptions selecting_options(const fs::path& dir, Time save_interval 
   return o;
 }
 
-struct Entry {
-  std::string name;
-  double value;
-};
+using baton::test::expected_best;
+using baton::test::folders_in;
+using baton::test::read_bytes;
+using baton::test::read_json;
 
-// The best `keep` evaluations by `metric`, worked out from the run's own records (ties: the earlier first).
-std::vector<Entry> expected_best(const std::vector<baton::EvalRecord>& evals, const std::string& metric, bool maximize,
-                                 std::size_t keep) {
-  std::vector<Entry> all;
-  for (const auto& e : evals) all.push_back({"ba" + std::to_string(e.at.batch), e.metrics.at(metric)});
-  std::stable_sort(all.begin(), all.end(), [&](const Entry& a, const Entry& b) {
-    return maximize ? a.value > b.value : a.value < b.value;
-  });
-  if (all.size() > keep) all.resize(keep);
-  return all;
-}
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::set<std::string> folders_in(const fs::path& dir) {
-  std::set<std::string> out;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_directory()) out.insert(entry.path().filename().string());
-  return out;
-}
-
-// Checks best/ against the expected ranking: one complete copy per entry, best.json in order, the top EMA.
-void check_best_folder(const fs::path& run_dir, const std::vector<Entry>& expected) {
-  fs::path best = run_dir / "best";
-  std::set<std::string> names;
-  for (const auto& e : expected) names.insert(e.name);
-  CHECK(folders_in(best) == names);
-  auto doc = read_json(best / "best.json");
-  REQUIRE(doc["checkpoints"].size() == expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    CHECK(doc["checkpoints"][i]["name"] == expected[i].name);
-    CHECK(doc["checkpoints"][i]["value"].get<double>() == expected[i].value);
-    CHECK(doc["checkpoints"][i]["rank"] == i + 1);
-    CHECK(doc["checkpoints"][i]["timestamp"]["batch"] == std::stoll(expected[i].name.substr(2)));
-    CHECK(fs::exists(best / expected[i].name / "meta.json"));
-    CHECK(fs::exists(best / expected[i].name / "state.safetensors"));
-  }
-  REQUIRE_FALSE(expected.empty());
-  CHECK(read_bytes(best / "ema.safetensors") == read_bytes(best / expected.front().name / "ema.safetensors"));
+// best/ against the expected ranking, with the top checkpoint's EMA beside best.json.
+void check_best_with_ema(const fs::path& run_dir, const std::vector<baton::test::BestEntry>& expected) {
+  baton::test::check_best_folder(run_dir, expected, {"ema.safetensors"});
 }
 
 // The ConfigError of a run selecting by `select` (the table, on line 3 of run.toml), in a folder named `name`; ""
@@ -86,14 +43,7 @@ std::string refusal(const std::string& name, const std::string& select) {
   auto trainer = make_trainer(selecting_options(dir));
   auto ema = load_ema("smoothing = 0.5\n\nselect = " + select);
   trainer->add_plugin("ema", ema.plugin);
-  std::string what;
-  try {
-    trainer->fit();
-  } catch (const baton::ConfigError& e) {
-    what = e.what();
-  }
-  CHECK_MESSAGE(!what.empty(), "the run was accepted");
-  CHECK(trainer->state().progress.now.batch == 0);
+  const std::string what = baton::test::refusal_before_training(*trainer);
   CHECK_FALSE(fs::exists(dir / "best" / "best.json"));
   return what;
 }
@@ -110,7 +60,7 @@ TEST_SUITE("ema_plugin") {
     REQUIRE(result.evals.size() == 6);
 
     auto expected = expected_best(result.evals, "eval/loss", /*maximize=*/false, 2);
-    check_best_folder(dir, expected);
+    check_best_with_ema(dir, expected);
     CHECK(read_json(dir / "best" / "best.json")["metric"] == "eval/loss");
     CHECK(read_json(dir / "best" / "best.json")["mode"] == "min");
     CHECK(folders_in(dir / "checkpoints") == std::set<std::string>{"ba5", "ba6"});  // keep_last = 2
@@ -132,7 +82,7 @@ TEST_SUITE("ema_plugin") {
       if (e.at.batch % 2 == 0) saved.push_back(e);
     auto expected = expected_best(saved, "eval/accuracy", /*maximize=*/true, 10);
     CHECK(expected.size() == 3);
-    check_best_folder(dir, expected);
+    check_best_with_ema(dir, expected);
   }
 
   TEST_CASE("selection survives a resume: the same best checkpoints as an uninterrupted run") {
@@ -154,7 +104,7 @@ TEST_SUITE("ema_plugin") {
     first->add_plugin("stop", std::make_shared<StopAt>());
     auto first_result = first->fit();
     CHECK(first_result.end.batch == 4);
-    check_best_folder(dir / "split", expected_best(first_result.evals, "eval/loss", false, 2));
+    check_best_with_ema(dir / "split", expected_best(first_result.evals, "eval/loss", false, 2));
 
     auto resumed_options = selecting_options(dir / "split");
     resumed_options.resume = "auto";
@@ -162,7 +112,7 @@ TEST_SUITE("ema_plugin") {
     auto resumed_ema = load_ema(kSelectByLoss);
     resumed->add_plugin("ema", resumed_ema.plugin);
     resumed->fit();
-    check_best_folder(dir / "split", expected);
+    check_best_with_ema(dir / "split", expected);
     CHECK(read_bytes(dir / "split" / "best" / "ema.safetensors") == read_bytes(dir / "whole" / "best" / "ema.safetensors"));
   }
 
@@ -194,7 +144,7 @@ TEST_SUITE("ema_plugin") {
     std::set<std::string> at_ba2;
     for (const auto& e : expected_best(first_two, "eval/loss", false, 2)) at_ba2.insert(e.name);
     CHECK(probe->folders == at_ba2);
-    check_best_folder(dir, final_best);  // the rerun, being exact, selects the same again
+    check_best_with_ema(dir, final_best);  // the rerun, being exact, selects the same again
   }
 
   TEST_CASE("without mode selection ranks by the metric's own direction (accuracy: the max); mode overrides it") {
@@ -219,7 +169,7 @@ TEST_SUITE("ema_plugin") {
       const auto best = expected_best(result.evals, c.metric, c.maximize, 1);
       // The run's best and worst differ, so the other direction would have kept another checkpoint.
       REQUIRE(best[0].value != expected_best(result.evals, c.metric, !c.maximize, 1)[0].value);
-      check_best_folder(dir, best);
+      check_best_with_ema(dir, best);
       CHECK(read_json(dir / "best" / "best.json")["mode"] == (c.maximize ? "max" : "min"));
     }
   }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "baton/error.h"  // SourceLocation
 #include "baton/export.h"
 #include "baton/mix64.h"  // kDefaultSeed
 #include "baton/time.h"
@@ -75,6 +76,17 @@ struct ParamGroupRules {
   /// first glob that matches its name; 1 when none does.
   std::vector<std::pair<std::string, double>> lr_scale;
   bool empty() const { return weight_decay_exclude.empty() && lr_scale.empty(); }
+};
+
+/// [checkpoint] keep_best (Lightning's ModelCheckpoint monitor, mode and save_top_k): the best `keep` checkpoints
+/// by `metric` as the evaluation at their batch measured it, copied into <run folder>/best/ with best.json ranking
+/// them; checkpoints/ and keep_last are unaffected. A plugin may ask for the same selection (the EMA's `select`).
+struct KeepBest {
+  std::string metric;            // "eval/accuracy"; "": no selection
+  std::int64_t keep = 1;         // >= 1
+  std::optional<bool> maximize;  // mode "max" (true) or "min"; none: the metric's own direction
+  SourceLocation where;          // of `metric` in a config file, where an error about it points
+  bool enabled() const { return !metric.empty(); }
 };
 
 struct TrainerSettings {

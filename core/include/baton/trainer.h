@@ -91,6 +91,8 @@ struct TrainerOptions : TrainerSettings {
   /// How the optimizer's parameters split into param groups (weight decay off, lr multipliers); none by default.
   /// Applied to the optimizer given or built by optimizer_factory, which must have one group.
   ParamGroupRules param_groups;
+  /// The best checkpoints by a metric, kept in <run folder>/best/; none by default.
+  KeepBest keep_best;
   /// Where the run's metrics (and images) go besides metrics.jsonl (Composer's loggers=[...]): destinations made
   /// by hand or from the registry (components().loggers). Opened at fit start on rank 0 when run_dir is set (a
   /// run that writes nothing opens none), closed at its end; other ranks never open them.

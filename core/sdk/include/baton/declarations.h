@@ -4,6 +4,7 @@
 // through methods, so a later baton adds declarations without moving anything a built plugin uses (LLVM's pass
 // plugins grow the same way). No LibTorch here: `baton check` and `--weights` read every declaration before a
 // model is built.
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,12 @@ struct WatchedMetric {
 BATON_API WatchedMetric read_watched_metric(const PluginConfig& table, const std::string& metric_key,
                                             const std::string& mode_key = "mode");
 
+/// A plugin's request for the run's checkpoint selection (Declarations::keep_best).
+struct BestCheckpointsRequest {
+  WatchedMetric metric;
+  std::int64_t keep = 1;
+};
+
 class BATON_API Declarations {
  public:
   /// What is known of the run when plugins declare: its device ("cpu", "cuda:1"), its number of ranks, and the
@@ -63,6 +70,14 @@ class BATON_API Declarations {
   /// the raw weights beside the average); its metrics are logged as "<label>/<metric>".
   void eval_pass(const std::string& label);
 
+  /// Asks the run to keep its best `keep` checkpoints by `metric` in <run folder>/best/, as [checkpoint] keep_best
+  /// does (the EMA's `select`). A run keeps one selection: a request that differs from keep_best or from another
+  /// plugin's is refused at its key before the run starts; the same one given twice is one selection.
+  void keep_best(const WatchedMetric& metric, std::int64_t keep);
+  /// A file the plugin adds to every checkpoint it saves (CheckpointInProgress::add_tensors_file) that best/ also
+  /// shows beside best.json, as the best checkpoint holds it (the EMA's ema.safetensors): the file a user takes.
+  void best_file(const std::string& filename);
+
   /// The plugin works only when every rank holds the whole training state (distributed.sharding = "none"): it reads
   /// or changes the model's gradients after they are reduced, or writes the model's weights during training, which
   /// a sharded step (zero1, zero2) neither uses nor keeps. `what` completes "it ...": "clips the model's gradients
@@ -76,6 +91,8 @@ class BATON_API Declarations {
   const std::vector<WatchedMetric>& watched() const;
   const std::vector<std::string>& weight_sets() const;
   const std::vector<std::string>& eval_passes() const;
+  const std::vector<BestCheckpointsRequest>& keep_best_requests() const;
+  const std::vector<std::string>& best_files() const;
   /// What each replicated_only() call said, in order.
   const std::vector<std::string>& replicated_only_reasons() const;
 
