@@ -8,20 +8,15 @@
 //   predict` (under the current folder: a prediction has no run folder).
 // A callback library may register components too (the loader registers them when it loads the library), so one
 // [[plugins]] entry brings all three; its keys are the grid's.
-#include <ATen/ops/cat.h>
-
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "baton/components.h"
-#include "baton/durable_file.h"
-#include "baton/logger_destination.h"
 #include "baton/plugin.h"
 #include "denoiser.h"
 #include "fd_metric.h"
-#include "png_encode.h"
-#include "png_grid.h"
+#include "sample_grids.h"
 
 namespace {
 
@@ -46,56 +41,11 @@ baton::Model make_denoiser(const baton::PluginConfig& config, const baton::DataS
   return baton_diffusion::make_denoiser(s, shape, []() -> at::Generator& { return baton::step_generator(); });
 }
 
-// Collects the first `count` images of an output during an evaluation pass (or a prediction) and writes them as a
-// grid when it ends.
-class SampleGrids final : public baton::Callback {
+// The library's callback: image_grid's sample grids of the denoiser's "pixels", with the count under `grid`.
+class SampleGrids final : public baton_plugins::SampleGrids {
  public:
   explicit SampleGrids(const baton::PluginConfig& config)
-      : count_(config.get_int_or("grid", 64, baton::Range::at_least(1))),
-        columns_(config.get_int_or("columns", 8, baton::Range::at_least(1))),
-        output_(config.get_or("output", "pixels")) {}
-
-  void eval_start(baton::State&, baton::Logger&) override { collected_.clear(); }
-  void eval_after_forward(baton::State& state, baton::Logger&) override { collect(state); }
-  void eval_end(baton::State& state, baton::Logger& logger) override {
-    // A standalone evaluation (baton eval, each width of baton posthoc --sweep) has no run folder: no grid, rather
-    // than one in the current folder that every evaluation overwrites.
-    if (state.facts.run_dir().empty()) return;
-    std::string name = state.eval_label;
-    if (!state.eval_set.empty()) name += "_" + state.eval_set;
-    write(state, logger, name, name + "_ba" + std::to_string(state.timestamp().batch) + ".png");
-  }
-  void predict_start(baton::State&, baton::Logger&) override { collected_.clear(); }
-  void predict_after_forward(baton::State& state, baton::Logger&) override { collect(state); }
-  void predict_end(baton::State& state, baton::Logger& logger) override { write(state, logger, "", "predict.png"); }
-
- private:
-  void collect(const baton::State& state) {
-    std::int64_t have = 0;
-    for (const auto& t : collected_) have += t.size(0);
-    const at::Tensor* images = state.outputs.find(output_);
-    if (images == nullptr || have >= count_) return;
-    collected_.push_back(images->detach().slice(0, 0, count_ - have).to(at::kFloat).cpu());
-  }
-  // `tag` names the grid for the run's loggers ("samples/<tag>"); empty: the file only.
-  void write(const baton::State& state, baton::Logger& logger, const std::string& tag, const std::string& file) {
-    // Rank 0 draws its own share (the grid's first samples); a run that writes nothing gets no pictures.
-    if (collected_.empty() || state.facts.rank() != 0) return;
-    const std::filesystem::path folder = std::filesystem::path(state.facts.run_dir().empty() ? "." : state.facts.run_dir()) / "samples";
-    std::filesystem::create_directories(folder);
-    const std::string path = (folder / file).string();
-    const baton::Image grid = baton_diffusion::grid_image(at::cat(collected_), columns_);
-    collected_.clear();
-    const std::vector<std::uint8_t> png = baton_plugins::encode_png(grid, "sample grid '" + path + "'");
-    // Durable like a checkpoint: a reader finds the previous grid or the complete new one.
-    baton::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
-    if (!tag.empty()) baton::log_image(logger, "samples/" + tag, grid);
-    logger.info("diffusion: wrote " + path);
-  }
-
-  std::int64_t count_, columns_;
-  std::string output_;
-  std::vector<at::Tensor> collected_;
+      : baton_plugins::SampleGrids(config, "pixels", "grid", "diffusion") {}
 };
 
 void register_diffusion(baton::Components& components) {

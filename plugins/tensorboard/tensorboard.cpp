@@ -26,10 +26,10 @@
 
 #include "baton/components.h"
 #include "baton/error.h"
+#include "baton/image.h"
 #include "baton/logger_destination.h"
 #include "append_file.h"
 #include "event_records.h"
-#include "png_encode.h"
 
 namespace {
 
@@ -87,7 +87,7 @@ class TensorboardLogger final : public baton::LoggerDestination {
   }
 
   void log_image(const baton::Timestamp& at, const std::string& name, const baton::Image& image) override {
-    const std::vector<std::uint8_t> png = baton_plugins::encode_png(image, "tensorboard logger: image '" + name + "'");
+    const std::vector<std::uint8_t> png = baton::encode_png(image, "tensorboard logger: image '" + name + "'");
     pb::ImageSummary picture;
     picture.height = static_cast<std::int32_t>(image.height);
     picture.width = static_cast<std::int32_t>(image.width);
