@@ -41,4 +41,9 @@ void State::request_stop(std::string reason) {
   stop_request.requested = true;
 }
 
+void State::request_rollback(std::string reason) {
+  if (reason.empty()) reason = "a plugin asked for a rollback";
+  if (rollback_reason.empty()) rollback_reason = std::move(reason);
+}
+
 }  // namespace baton

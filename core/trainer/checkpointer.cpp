@@ -407,6 +407,16 @@ void Checkpointer::load(const std::string& path, bool with_training_state) {
   engine_.fire(Event::after_load);
 }
 
+Timestamp Checkpointer::roll_back(const std::string& path) {
+  const Timestamp now = state_.progress.now;
+  const std::int64_t last_save = last_save_batch_;
+  load(path, /*with_training_state=*/true);
+  const Timestamp at = state_.progress.now;
+  state_.progress.now = now;
+  last_save_batch_ = last_save;
+  return at;
+}
+
 // A checkpoint written at another world size or per-rank batch size. Every world size draws the same seeded order
 // for an epoch, and k global batches of B x W samples cover its first k x B x W samples whatever W is, so the
 // position within the epoch carries over through the samples seen; only when they are not a whole number of the

@@ -52,6 +52,9 @@ class Checkpointer {
   /// Restores a checkpoint between before_load and after_load: the model always; with `with_training_state`
   /// the optimizer, RNG, metrics and time as well, for a resume.
   void load(const std::string& path, bool with_training_state);
+  /// Restores `path` with its training state (State::request_rollback) but keeps the run's time, so training goes
+  /// on from this batch with the checkpoint's weights. Returns the checkpoint's time.
+  Timestamp roll_back(const std::string& path);
   /// Resumes as TrainerOptions::resume says ("auto": the newest valid checkpoint of the store). Returns the
   /// folder resumed from; empty when starting fresh.
   std::string resume();

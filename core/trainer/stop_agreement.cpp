@@ -52,7 +52,9 @@ bool StopAgreement::check(State& state, const ClockReading& clock) {
     const bool interrupted = cause_ == StopCause::interrupted;
     const bool timed_out = cause_ == StopCause::time_limit;
     const auto counts = state.facts.communicator()->sum({state.stop_requested() ? 1.0 : 0.0, interrupted ? 1.0 : 0.0,
-                                                         timed_out ? 1.0 : 0.0, clock.save_due ? 1.0 : 0.0});
+                                                         timed_out ? 1.0 : 0.0, clock.save_due ? 1.0 : 0.0,
+                                                         state.rollback_requested() ? 1.0 : 0.0});
+    if (counts[4] > 0 && !state.rollback_requested()) state.request_rollback("another rank asked for a rollback");
     if (counts[1] > 0 && !state.stop_requested())
       stop(state, StopCause::interrupted, kInterruptedReason);
     else if (counts[2] > 0 && !state.stop_requested())

@@ -6,6 +6,7 @@
 // export and charts). trainer_setup.cpp builds the trainer; passes.cpp holds a model's own training step and the
 // passes a plugin may run.
 #include <chrono>
+#include <utility>
 
 #include <ATen/ops/zeros.h>
 
@@ -153,7 +154,8 @@ void Trainer::Impl::train_epoch() {
 // after takes them; a stop for the time limit saves without the final evaluation. Returns whether the run stops
 // after this batch.
 bool Trainer::Impl::evaluate_and_save_after_batch(double fraction_before, bool epoch_ends) {
-  bool stop = stop_now();
+  bool stop = stop_now();  // the ranks agree on a rollback here too
+  if (state.rollback_requested()) roll_back();
   const bool save_by_time = stopping.save_due();
   const bool final_batch = stop || state.progress.reached(options.max_duration);
   const bool final_eval = state.progress.reached(options.max_duration) || (stop && !paused_for_time());
@@ -183,6 +185,27 @@ void Trainer::Impl::end_epoch() {
   checkpoint_event(Event::epoch_checkpoint, schedule.save_due_at_epoch(now.epoch) || final_save, TimeUnit::epoch);
   fire(Event::iteration_end);
   fire(Event::iteration_checkpoint);
+}
+
+// A plugin asked to go back to the last checkpoint (State::request_rollback): the weights, the optimizer and every
+// plugin's state come back from it, the run's time and data order stay, so the batches since it are skipped.
+void Trainer::Impl::roll_back() {
+  const std::string reason = std::exchange(state.rollback_reason, std::string());
+  if (state.last_checkpoint.empty()) {
+    logger.warn(reason + "; no checkpoint has been saved yet, so nothing is rolled back (the run goes on)");
+    return;
+  }
+  if (sharded) {
+    logger.warn(reason + "; a rollback under distributed.sharding = \"" + sharding_name(options.sharding) +
+                "\" is not supported yet, so nothing is rolled back (the run goes on)");
+    return;
+  }
+  const std::string from = state.last_checkpoint;
+  const Timestamp at = checkpoints.roll_back(from);
+  const std::int64_t skipped = state.progress.now.batch - at.batch;
+  logger.warn(reason + ": rolled back to " + from + " (" + format_timestamp(at) + "); the " +
+              std::to_string(skipped) + " batches since it, to " + format_timestamp(state.progress.now) +
+              ", are skipped: their data is not trained on again");
 }
 
 // --- the wall clock ------------------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ struct Trainer::Impl {
   void train_batch();
   bool evaluate_and_save_after_batch(double fraction_before, bool epoch_ends);
   void end_epoch();
+  void roll_back();
   void apply_lr_schedule();
   std::string step_where() const;
   at::Tensor step_once();

@@ -102,7 +102,8 @@ TEST_SUITE("loss_spike") {
     const std::string file = baton::test::plugin_file("loss_spike");
     CHECK(contains(monitor_test::config_error(file, "loss_spike", "window = 1"), "window"));
     CHECK(contains(monitor_test::config_error(file, "loss_spike", "factor = 1.0"), "expected a number > 1"));
-    CHECK(contains(monitor_test::config_error(file, "loss_spike", "action = \"rollback\""), "\"skip\", \"stop\""));
+    CHECK(contains(monitor_test::config_error(file, "loss_spike", "action = \"undo\""),
+                   "\"skip\", \"stop\", \"rollback\""));
     CHECK(contains(monitor_test::config_error(file, "loss_spike", "median = 3"), "median"));
   }
 
@@ -140,6 +141,58 @@ TEST_SUITE("loss_spike") {
     CHECK_FALSE(baton::test::bitwise_equal(plain[4], plain[3]));      // without the plugin the spike is a step
     // ... which the guarded run's evaluation does not suffer.
     CHECK(guarded_result.evals.back().metrics.at("eval/loss") < plain_result.evals.back().metrics.at("eval/loss"));
+  }
+
+  // The inputs of each batch trained, summed (which data a batch drew), and the weights it started from (a rollback
+  // acts after batch_end).
+  struct InputsSeen : baton::Callback {
+    std::vector<double> sums;
+    std::vector<baton::test::Weights> before;
+    void after_dataloader(baton::State& s, baton::Logger&) override { sums.push_back(s.batch.inputs().sum().item<double>()); }
+    void batch_start(baton::State& s, baton::Logger&) override { before.push_back(baton::test::copy_state(*s.facts.model())); }
+  };
+
+  TEST_CASE("action = \"rollback\": back to the last checkpoint's weights, and the batches since it are skipped") {
+    // 3 batches per epoch, 2 epochs; a checkpoint at each epoch's end (ep1 = batch 3); the 5th batch spikes.
+    const auto run = [](const std::string& action, const std::string& run_dir) {
+      auto options = algorithm_test::quiet_options();
+      options.run_dir = run_dir;
+      auto trainer = algorithm_test::make_trainer(options, "mlp");
+      trainer->add_plugin("spiker", std::make_shared<Spiker>(4));
+      trainer->add_plugin("loss_spike", spike_plugin("window = 3\naction = \"" + action + "\"\n").plugin);
+      auto weights = std::make_shared<WeightsAfter>();
+      auto inputs = std::make_shared<InputsSeen>();
+      trainer->add_plugin("weights", weights);
+      trainer->add_plugin("inputs", inputs);
+      const auto result = trainer->fit();
+      REQUIRE(weights->after.size() == 6);
+      std::string warnings;
+      for (const auto& w : trainer->warnings()) warnings += w + "\n";
+      REQUIRE(inputs->before.size() == 6);
+      return std::make_tuple(weights->after, inputs, result, warnings);
+    };
+    const auto dir = baton::test::scratch_dir("loss-spike-rollback");
+    const auto [rolled, rolled_inputs, rolled_result, rolled_warnings] = run("rollback", (dir / "rollback").string());
+    const auto [skipped, skipped_inputs, skipped_result, skipped_warnings] = run("skip", (dir / "skip").string());
+    // The 6th batch starts from the checkpoint's weights, those after the 3rd: the 4th batch's step is undone too.
+    CHECK(baton::test::bitwise_equal(rolled_inputs->before[5], rolled[2]));
+    CHECK_FALSE(baton::test::bitwise_equal(rolled_inputs->before[5], rolled[3]));
+    CHECK(baton::test::bitwise_equal(rolled[3], skipped[3]));  // the same run until the spike
+    CHECK(baton::test::bitwise_equal(rolled[4], rolled[3]));    // the spike's own step is skipped first
+    CHECK(baton::test::bitwise_equal(skipped_inputs->before[5], skipped[3]));  // a skip keeps the 4th batch's step
+    CHECK_FALSE(baton::test::bitwise_equal(rolled[5], rolled_inputs->before[5]));  // the 6th batch trains on
+    // Time and data went on: six batches, each drawing what the run without a rollback drew.
+    CHECK(rolled_result.end.batch == 6);
+    CHECK(rolled_inputs->sums == skipped_inputs->sums);
+    CHECK(contains(rolled_warnings, "loss_spike: the training loss of batch 5 is "));
+    CHECK(contains(rolled_warnings, "(action = \"rollback\"): rolled back to " + (dir / "rollback" / "checkpoints" / "ep1").string()));
+    CHECK(contains(rolled_warnings, "the 2 batches since it, to "));
+    CHECK_FALSE(contains(skipped_warnings, "rolled back"));
+
+    // Without a checkpoint to go back to, the spike's step is skipped and the trainer says why nothing more is done.
+    const auto [plain, plain_inputs, plain_result, plain_warnings] = run("rollback", "");
+    CHECK(baton::test::bitwise_equal(plain[4], plain[3]));
+    CHECK(contains(plain_warnings, "no checkpoint has been saved yet, so nothing is rolled back"));
   }
 }
 

@@ -122,6 +122,16 @@ struct BATON_API State {
   /// before each batch. A model that steps its own optimizers has stepped by then: setting it there is an error.
   bool skip_step = false;
 
+  /// Asks the trainer to go back to the last checkpoint (State::last_checkpoint) once this batch has ended, after
+  /// batch_end: the weights, the optimizer and every plugin's state come back from it, while the run's time and data
+  /// order go on from this batch, so the batches since that checkpoint are skipped (a loss spike whose damage built
+  /// up over them: the loss_spike plugin's action = "rollback"). One rank's request is every rank's. Without a
+  /// checkpoint yet, or in a sharded run, nothing is restored and the trainer warns. Ask through
+  /// request_rollback(), which keeps the first reason; the trainer clears it once it has acted on it.
+  void request_rollback(std::string reason);
+  bool rollback_requested() const { return !rollback_reason.empty(); }
+  std::string rollback_reason;
+
   // New members go here, after every other one (the layout rule above).
 #ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER
   /// Only in the ABI compatibility test's build: a member a newer baton appended.
