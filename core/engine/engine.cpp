@@ -3,6 +3,8 @@
 #include <exception>
 #include <string>
 
+#include <ATen/record_function.h>
+
 namespace baton {
 
 void collect_declarations(const Plugin& plugin, const std::string& id, Declarations& into) {
@@ -73,6 +75,10 @@ void Engine::order_dispatch() {
 void Engine::fire(Event event) {
   if (closed_)
     throw Error("event " + std::string(event_name(event)) + " fired after the engine was closed");
+  // The event, and each handler within it, as LibTorch's user scopes "event/<name>" and "plugin/<id>/<name>": a
+  // profiler (the profiler plugin, LibTorch's own) sees where the events' time goes, beside the operators. The names
+  // are built only while one listens.
+  RECORD_USER_SCOPE("event/" + std::string(event_name(event)));
   for (std::size_t i : dispatch_[static_cast<std::size_t>(event)]) {
     const Subscription& s = subscriptions_[i];
     const std::string& id = entries_[s.entry].id;
@@ -80,6 +86,7 @@ void Engine::fire(Event event) {
           return "plugin '" + id + "' failed in match() on event " + std::string(event_name(event));
         }))
       continue;
+    RECORD_USER_SCOPE("plugin/" + id + "/" + std::string(event_name(event)));
     if (entries_[s.entry].internal) {
       s.handler(state_, logger_);
       continue;
