@@ -15,11 +15,6 @@ namespace {
 constexpr const char* kPrefix = "best/";
 constexpr const char* kLegacyPrefix = "select/";
 
-bool same(const WatchedMetric& a, std::int64_t keep_a, const WatchedMetric& b, std::int64_t keep_b,
-          bool maximize_a, bool maximize_b) {
-  return a.metric == b.metric && maximize_a == maximize_b && keep_a == keep_b;
-}
-
 std::string describe(const WatchedMetric& metric, std::int64_t keep, bool maximize) {
   return "the best " + std::to_string(keep) + " by " + metric.metric + " (" + (maximize ? "max" : "min") + ")";
 }
@@ -43,7 +38,7 @@ void CheckpointSelection::settle(const Declarations& declared) {
   for (std::size_t i = 1; i < requests.size(); ++i) {
     const BestCheckpointsRequest& other = requests[i];
     const bool other_maximize = state_.facts.maximizes(other.metric);
-    if (!same(first.metric, first.keep, other.metric, other.keep, maximize, other_maximize))
+    if (other.metric.metric != first.metric.metric || other_maximize != maximize || other.keep != first.keep)
       throw ConfigError(other.metric.where, other.metric.key,
                         "asks for " + describe(other.metric, other.keep, other_maximize) + " checkpoints, but " +
                             first.metric.key + " already selects " + describe(first.metric, first.keep, maximize) +
@@ -86,11 +81,8 @@ void CheckpointSelection::load(const CheckpointData& data, const std::string& pa
         prefix = kLegacyPrefix;
       }
   }
-  if (saved == nullptr) {
-    *ranking_ = Ranking(ranking_->metric(), ranking_->mode() == "max", ranking_->keep());
-    return;
-  }
-  if (!ranking_->load(*saved, prefix))
+  // A checkpoint without a ranking restores an empty one (load() clears it).
+  if (!ranking_->load(saved ? *saved : StateDict(), prefix))
     logger_.warn("checkpoint " + path + " ranked checkpoints by " + saved->get_string(prefix + "metric") + " (" +
                  saved->get_string(prefix + "mode") + "); this run selects by " + ranking_->metric() + " (" +
                  ranking_->mode() + "), whose values cannot be compared with those: best/ starts afresh");
