@@ -4,8 +4,9 @@
 # data of configs/diabetes.toml and configs/breast_cancer.toml (and numpy, which checks the regression's fit); time
 # (GNU time) measures the peak memory of the safetensors dataset's memory test; libpng-dev writes the diffusion
 # example's sample grids, and python3-numpy/python3-scipy compute the reference Frechet distance its test checks;
-# Boost.CRC (in libboost-dev) checksums the tensorboard logger's event records, and python3-venv holds the venv its
-# test installs TensorBoard's reader into.
+# Boost.CRC (in libboost-dev) checksums the tensorboard logger's event records, and python3-venv holds the venvs its
+# test installs TensorBoard's reader into and the mlflow logger's test its MLflow server; libcurl4-openssl-dev: the
+# mlflow logger's HTTP client.
 set -euo pipefail
 
 packages=(
@@ -15,7 +16,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-torch python3-sklearn time
   libpng-dev python3-numpy python3-scipy
-  python3-venv
+  python3-venv libcurl4-openssl-dev
 )
 
 missing=()

@@ -305,6 +305,7 @@ std::unique_ptr<Assembly> assemble_run(const RunConfig& config, const AssemblyOp
   }
   t.resume = options.resume;
   t.config_text = config.resolved_text;
+  t.logged_config_text = resolved_config_text(config);
   t.trace = options.trace;
   t.quiet = options.quiet;
   t.lr_schedule = std::move(built.schedule);

@@ -180,7 +180,7 @@ void RunLogger::open_destinations(const LoggerContext& context) {
   destinations_open_ = true;
 }
 
-void RunLogger::close_destinations() {
+void RunLogger::close_destinations(const RunEnd& end) {
   if (!destinations_open_) return;
   destinations_open_ = false;
   std::exception_ptr first;
@@ -188,6 +188,7 @@ void RunLogger::close_destinations() {
     try {
       guarded([&] {
         destination->flush();
+        if (auto* recorder = dynamic_cast<RunEndRecorder*>(destination.get())) recorder->run_ended(end);
         destination->close();
       });
     } catch (...) {

@@ -43,8 +43,9 @@ class RunLogger final : public Logger, public ImageLogger {
   /// Opens the destinations (rank 0 only; fit start). A destination that fails to open is closed with those
   /// opened before it and the error propagates.
   void open_destinations(const LoggerContext& context);
-  /// Flushes and closes the open destinations (every exit path of a run); throws the first error after closing all.
-  void close_destinations();
+  /// Flushes and closes the open destinations (every exit path of a run), telling those that record it how the run
+  /// ended (RunEndRecorder) first; throws the first error after closing all.
+  void close_destinations(const RunEnd& end = {});
 
   /// Writes the metrics logged since the last flush to metrics.jsonl: one line per time at which metrics were
   /// logged, stamped with that time (a value logged at batch_end of batch N is in a line of batch N). A name logged

@@ -14,6 +14,7 @@ void LoggerDestination::flush() {}
 void LoggerDestination::close() {}
 
 ImageLogger::~ImageLogger() = default;
+RunEndRecorder::~RunEndRecorder() = default;
 
 void log_image(Logger& logger, std::string_view name, const Image& image) {
   if (name.empty()) throw Error("log_image: the image needs a name");

@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "baton/communicator.h"
+#include "sdk/exception_text.h"
 #include "sdk/step_generator.h"
 #include "trainer/data_parallel.h"
 #include "baton/time.h"
@@ -50,7 +51,9 @@ FitResult Trainer::Impl::fit() {
       // The end-of-run table and chart cover the whole run: the evaluations before this point are in metrics.jsonl.
       evaluator.load_history(metrics_path(), state.progress.now.batch);
     // Destinations open here, not at construction, so `baton check` (and evaluate or predict) creates no files.
-    logger.open_destinations(LoggerContext{options.run_dir, resumed, state.progress.now});
+    logger.open_destinations(LoggerContext{
+        options.run_dir, resumed, state.progress.now,
+        options.logged_config_text.empty() ? options.config_text : options.logged_config_text, &logger});
     broadcast_model(comm(), *module);
     if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
     clock.guess_first_save(first_save_guess());
@@ -116,11 +119,30 @@ void Trainer::Impl::finish(std::exception_ptr failure) {
   close(failure);
 }
 
+// How the run ended, as the destinations that record it (mlflow's run status) are told.
+RunEnd Trainer::Impl::run_end(const std::exception_ptr& failure) const {
+  RunEnd end;
+  if (failure) {
+    end.failed = true;
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      end.message = detail::exception_text(e);
+    } catch (...) {
+      end.message = "an exception that is not a std::exception";
+    }
+  } else if (state.stop_requested()) {
+    end.interrupted = stopping.cause() == StopCause::interrupted;
+    end.message = state.stop_reason();
+  }
+  return end;
+}
+
 void Trainer::Impl::close(std::exception_ptr failure) {
   for (const auto& message : engine.close()) logger.warn(message);
   logger.flush();
   try {
-    logger.close_destinations();
+    logger.close_destinations(run_end(failure));
   } catch (const std::exception& e) {
     if (!failure) failure = std::current_exception();
     else logger.warn(e.what());

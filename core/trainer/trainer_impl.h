@@ -74,6 +74,7 @@ struct Trainer::Impl {
   void backward(const at::Tensor& loss);
   void finish(std::exception_ptr failure);
   void close(std::exception_ptr failure);
+  RunEnd run_end(const std::exception_ptr& failure) const;
   std::vector<EvalResult> evaluate_standalone(const std::string& checkpoint);
   PredictResult predict(const Dataset& data, const std::string& checkpoint);
 

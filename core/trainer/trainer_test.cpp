@@ -302,6 +302,54 @@ TEST_SUITE("trainer") {
     CHECK_NOTHROW(baton::verify_checkpoint(result.last_checkpoint));
   }
 
+  TEST_CASE("loggers that record it are told how the run ended, and open with the config as logged") {
+    // A destination that keeps what it is told.
+    struct Ends final : baton::LoggerDestination, baton::RunEndRecorder {
+      std::string config;
+      bool has_logger = false;
+      std::vector<baton::RunEnd> ends;
+      int closed = 0;
+      void open(const baton::LoggerContext& context) override {
+        config = context.config_text;
+        has_logger = context.logger != nullptr;
+      }
+      void log_metrics(const baton::Timestamp&, const std::vector<std::pair<std::string, double>>&) override {}
+      void run_ended(const baton::RunEnd& end) override { ends.push_back(end); }
+      void close() override { ++closed; }
+    };
+    const auto run = [](const std::string& name, const std::string& logged,
+                        std::shared_ptr<baton::Plugin> plugin) -> std::shared_ptr<Ends> {
+      auto options = quiet_options(baton::test::scratch_dir(name).string());
+      options.config_text = "seed = 1\n";
+      options.logged_config_text = logged;
+      auto ends = std::make_shared<Ends>();
+      options.loggers = {ends};
+      auto trainer = make_trainer(options);
+      if (plugin) trainer->add_plugin("p", plugin);
+      try {
+        trainer->fit();
+      } catch (const baton::PluginError&) {
+      }
+      REQUIRE(ends->ends.size() == 1);
+      CHECK(ends->closed == 1);
+      CHECK(ends->has_logger);
+      return ends;
+    };
+    const auto done = run("trainer-end-done", "seed = 1\nbatch_size = 4\n", nullptr);
+    CHECK_FALSE(done->ends[0].failed);
+    CHECK_FALSE(done->ends[0].interrupted);
+    CHECK(done->ends[0].message.empty());
+    CHECK(done->config == "seed = 1\nbatch_size = 4\n");  // the logged text, defaults filled in
+    const auto stopped = run("trainer-end-stopped", "", std::make_shared<StopAtBatch>(2));
+    CHECK_FALSE(stopped->ends[0].failed);
+    CHECK_FALSE(stopped->ends[0].interrupted);
+    CHECK(stopped->ends[0].message == "enough");  // the stopper's reason
+    CHECK(stopped->config == "seed = 1\n");      // no logged text: the config as stored
+    const auto failed = run("trainer-end-failed", "", std::make_shared<ThrowAtBatch>(3));
+    CHECK(failed->ends[0].failed);
+    CHECK(failed->ends[0].message == "plugin 'p' failed on event batch_end: exploded");
+  }
+
   TEST_CASE("a stop asked for during an evaluation ends the run with a checkpoint taken through its events") {
     // An early stopper acts at eval_after_all; the save is not due at this batch (saves every epoch), yet the
     // run's last checkpoint must still fire batch_checkpoint, so plugins add their files (ema.safetensors) to it.

@@ -15,6 +15,7 @@
 #include "../diffusion/diffusion_test_support.h"
 #include "baton_command.h"
 #include "logger_test_support.h"
+#include "pip_venv.h"
 #include "plugin_files.h"
 
 // In a namespace of its own: the plugin tests are one program, its files compiled together (unity build).
@@ -42,28 +43,12 @@ struct Reader {
 };
 
 std::optional<std::string> tensorboard_python() {
-  static bool tried = false;  // pip is tried once per process
-  static std::optional<std::string> found;
-  if (tried) return found;
-  tried = true;
-  const fs::path venv = TENSORBOARD_VENV;
-  const std::string python = (venv / "bin" / "python").string();
-  const fs::path scratch = scratch_dir("tensorboard_venv");
-  if (run_in(scratch, shell_quote(python) + " -c 'import tensorboard'").status == 0) return found = python;
-  fs::remove_all(venv);
-  fs::create_directories(venv.parent_path());
-  const auto made = run_in(scratch, shell_quote(BATON_PYTHON) + " -m venv " + shell_quote(venv.string()) + " && " +
-                                        shell_quote((venv / "bin" / "pip").string()) + " install tensorboard");
-  if (made.status == 0) return found = python;
-  const std::string why = made.err.substr(made.err.size() > 1500 ? made.err.size() - 1500 : 0);
-  const char* required = std::getenv("BATON_TEST_REQUIRE_TENSORBOARD");
-  if (required != nullptr && std::string(required) == "1")
-    FAIL("could not install the tensorboard package into " << venv << ": " << why << made.out);
-  MESSAGE("the tensorboard package could not be installed into " << venv << " (pip: " << why
-                                                                  << "); the event files are read by read_events.py "
-                                                                     "--spec, from the formats alone");
-  fs::remove_all(venv);
-  return found;
+  static const std::optional<fs::path> venv =
+      baton::test::pip_venv(TENSORBOARD_VENV, BATON_PYTHON, "tensorboard", "import tensorboard",
+                            "BATON_TEST_REQUIRE_TENSORBOARD", "the event files are read by read_events.py --spec, "
+                                                              "from the formats alone");
+  if (!venv) return std::nullopt;
+  return (*venv / "bin" / "python").string();
 }
 
 Reader reader() {

@@ -57,6 +57,9 @@ struct TrainerOptions : TrainerSettings {
   std::string run_dir;         // metrics.jsonl, checkpoints/, model.safetensors; empty: write nothing
   std::string resume;          // "" (fresh start), "auto" (newest valid checkpoint, if any) or a checkpoint folder
   std::string config_text;     // stored in checkpoints for reference
+  /// The config as logger destinations record it (mlflow's parameters): the CLI gives `baton check --print`'s text,
+  /// every default filled in. Empty: config_text.
+  std::string logged_config_text;
   bool trace = false;          // print every plugin call as <plugin>/<event>
   bool quiet = false;          // only warnings, errors and the final summary
   /// Learning-rate multiplier of the optimizer's initial lr, as a function of progress; null = constant.

@@ -32,11 +32,25 @@ struct BATON_API Image {
   std::vector<std::uint8_t> pixels;
 };
 
-/// What a destination is told when it opens, at fit start.
+/// What a destination is told when it opens, at fit start. Fields are only ever appended (a destination built
+/// against an earlier SDK reads the ones it knows).
 struct BATON_API LoggerContext {
   std::string run_dir;   // the run folder (never empty: a run that writes nothing opens no destination)
   bool resumed = false;  // the run continues from a checkpoint
   Timestamp start;       // where it starts: zero, or the checkpoint's time when resumed
+  std::string config_text;  // the resolved config as TOML (TrainerOptions::config_text; an embedding program's may
+                            // be empty or not TOML), for destinations that record a run's parameters
+  /// The run's logger, for warnings a destination has to give without failing the run (a tracking server that
+  /// stopped answering). Null from code that opens a destination by hand. Call it only from the thread that
+  /// calls the destination.
+  Logger* logger = nullptr;
+};
+
+/// How a run ended, for destinations that record it (a tracking server's run status).
+struct BATON_API RunEnd {
+  bool failed = false;       // it ended with an error (`message` is its text)
+  bool interrupted = false;  // SIGINT/SIGTERM stopped it (after saving; `--resume auto` continues it)
+  std::string message;       // the error, or why it stopped early (empty when it reached max_duration)
 };
 
 class BATON_API LoggerDestination {
@@ -54,6 +68,15 @@ class BATON_API LoggerDestination {
   virtual void flush();
   /// Once at the end of the run, on every exit path after open.
   virtual void close();
+};
+
+/// A destination that records how the run ended derives from this as well (the trainer looks for it with
+/// dynamic_cast, so LoggerDestination's own virtual functions, and destinations built without it, are unchanged):
+/// run_ended is called once, after the last flush and before close, on every exit path after open.
+class BATON_API RunEndRecorder {
+ public:
+  virtual ~RunEndRecorder();
+  virtual void run_ended(const RunEnd& end) = 0;
 };
 
 /// Builds a destination from its [[loggers]] table (all keys but `name`), as the other component factories do.
