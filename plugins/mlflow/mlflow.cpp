@@ -2,8 +2,9 @@
 // Lightning's MLFlowLogger; docs/logging.md). At open it finds or creates the experiment, creates the run (or, when
 // the run resumes, continues the MLflow run its folder's mlflow.json names) and logs the resolved config as the
 // run's parameters and as the artifact config.toml; every metric then goes at its batch count as the step, every
-// image as a PNG artifact images/<name>/step_<batch>.png, and at the end the run's status says how it ended
-// (FINISHED, FAILED with the error as the tag baton.error, KILLED after SIGINT/SIGTERM).
+// image as a PNG artifact images/<name>/step_<batch>.png, and at the end the run's exports (model.safetensors,
+// ema.safetensors) as artifacts and its status saying how it ended (FINISHED, FAILED with the error as the tag
+// baton.error, KILLED after SIGINT/SIGTERM).
 //
 // Training never waits on the server: values are queued and a thread of the logger sends them (one request per
 // flush_interval, up to 1000 values each). A server that stops answering costs warnings, not the run: what could
@@ -89,6 +90,7 @@ struct Artifact {
   std::string path;  // relative to the run's artifact root
   std::string bytes;
   std::string content_type;
+  std::string file{};  // instead of bytes: a file sent from disk (an export)
 };
 
 class MlflowLogger final : public baton::LoggerDestination, public baton::RunEndRecorder {
@@ -99,6 +101,7 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
         run_name_(config.get_or<std::string>("run_name", "")),
         run_id_(config.get_or<std::string>("run_id", "")),
         log_config_(config.get_or<bool>("log_config", true)),
+        log_exports_(config.get_or<bool>("log_exports", true)),
         interval_(config
                       .get_time_or("flush_interval", baton::Time(10, baton::TimeUnit::second),
                                    {baton::TimeUnit::second}, baton::TimeZero::allowed,
@@ -123,6 +126,7 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
   void open(const baton::LoggerContext& context) override {
     logger_ = context.logger;
     run_dir_ = context.run_dir;
+    opened_at_ = fs::file_time_type::clock::now();
     rest_ = std::make_unique<Rest>(tracking_uri_, /*timeout_seconds=*/60, /*retries=*/3);
     existing_params_.clear();
     already_logged_.clear();
@@ -198,6 +202,7 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
   void run_ended(const baton::RunEnd& end) override {
     status_ = end.failed ? "FAILED" : end.interrupted ? "KILLED" : "FINISHED";
     end_message_ = end.message;
+    if (!end.failed && log_exports_) queue_exports();
   }
 
   void close() override {
@@ -216,7 +221,8 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
     }
     if (unsent_metrics + unsent_images > 0)
       warn("mlflow logger: " + std::to_string(unsent_metrics) + " values and " + std::to_string(unsent_images) +
-           " images could not be sent to " + tracking_uri_ + " (metrics.jsonl holds every value)");
+           " artifacts could not be sent to " + tracking_uri_ + " (metrics.jsonl holds every value, the run folder "
+           "every file)");
     try {
       json tags = json::array();
       if (!end_message_.empty()) tags.push_back(tag(status_ == "FAILED" ? "baton.error" : "baton.stop",
@@ -359,6 +365,25 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
     }
   }
 
+  // The exports this run wrote at its end (model.safetensors, the EMA's ema.safetensors: the .safetensors files of
+  // the run folder written since open), sent as artifacts of the same names while the logger closes.
+  void queue_exports() {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(run_dir_, ec))
+      if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors" &&
+          entry.last_write_time(ec) >= opened_at_)
+        files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      char size[32];
+      std::snprintf(size, sizeof size, "%.1f MB", static_cast<double>(fs::file_size(file, ec)) / 1e6);
+      note("mlflow logger: sending " + file.filename().string() + " (" + size + ") as an artifact");
+      std::lock_guard<std::mutex> lock(mutex_);
+      artifacts_.push_back(Artifact{file.filename().string(), "", "application/octet-stream", file.string()});
+    }
+  }
+
   // --- sending -----------------------------------------------------------------------------------------------------
 
   void send_loop() {
@@ -405,7 +430,7 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
         problem = e.what();
       }
       lock.lock();
-      const std::string what = artifact ? "the image " + artifact->path : std::to_string(metrics.size()) + " values";
+      const std::string what = artifact ? "the artifact " + artifact->path : std::to_string(metrics.size()) + " values";
       if (problem.empty()) {
         if (failing) messages_.emplace_back(false, "mlflow logger: " + tracking_uri_ + " answers again");
         failing = false;
@@ -435,7 +460,8 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
       std::string path = artifact_uri_.substr(proxied.size());
       if (path.rfind("//", 0) == 0) path = path.substr(std::min(path.find('/', 2), path.size()));
       while (!path.empty() && path.front() == '/') path.erase(0, 1);
-      rest_->put_artifact(path + "/" + relative, artifact.bytes, artifact.content_type);
+      if (artifact.file.empty()) rest_->put_artifact(path + "/" + relative, artifact.bytes, artifact.content_type);
+      else rest_->put_artifact_file(path + "/" + relative, artifact.file);
       Reply done;
       done.status = 200;
       return done;
@@ -460,7 +486,13 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
       reply.message = "cannot create " + target.parent_path().string() + ": " + ec.message();
       return reply;
     }
-    baton::write_file_atomic(target.string(), artifact.bytes);
+    if (artifact.file.empty()) {
+      baton::write_file_atomic(target.string(), artifact.bytes);
+    } else if (!fs::copy_file(artifact.file, target, fs::copy_options::overwrite_existing, ec)) {
+      reply.status = 400;
+      reply.message = "cannot copy " + artifact.file + " to " + target.string() + ": " + ec.message();
+      return reply;
+    }
     reply.status = 200;
     return reply;
   }
@@ -499,12 +531,14 @@ class MlflowLogger final : public baton::LoggerDestination, public baton::RunEnd
   std::string run_name_;
   std::string run_id_;  // `run_id`: continue this MLflow run
   bool log_config_;
+  bool log_exports_;
   double interval_;  // seconds between requests
   std::vector<std::pair<std::string, std::string>> tags_;
 
   // The open run.
   baton::Logger* logger_ = nullptr;
   std::string run_dir_;
+  fs::file_time_type opened_at_;
   std::unique_ptr<Rest> rest_;
   std::string run_id_now_;
   std::string experiment_id_;
@@ -531,7 +565,8 @@ void register_mlflow(baton::Components& components) {
   components.loggers.add(
       "mlflow",
       "the run's parameters, metrics, images and status on an MLflow tracking server; keys tracking_uri (default "
-      "MLFLOW_TRACKING_URI), experiment_name (baton), run_name, run_id, tags, flush_interval (10s), log_config",
+      "MLFLOW_TRACKING_URI), experiment_name (baton), run_name, run_id, tags, flush_interval (10s), log_config, "
+      "log_exports",
       [](const baton::PluginConfig& config) { return std::make_shared<MlflowLogger>(config); });
 }
 

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,8 +80,7 @@ Rest::~Rest() {
   if (connection_ && connection_->curl != nullptr) curl_easy_cleanup(connection_->curl);
 }
 
-Reply Rest::send(const char* method, const std::string& url, const std::string& body,
-                 const std::string& content_type) {
+Reply Rest::send(const char* method, const std::string& url, const Body& body, const std::string& content_type) {
   CURL* curl = connection_->curl;
   curl_easy_reset(curl);  // options only; the connection stays open for the next request
   std::string answer;
@@ -93,7 +96,12 @@ Reply Rest::send(const char* method, const std::string& url, const std::string& 
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "baton-mlflow/1.0");
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for timeouts: the sender is a thread
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(1000 * std::min(timeout_seconds_, 10.0)));
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(1000 * timeout_seconds_));
+  if (body.file == nullptr) {
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(1000 * timeout_seconds_));
+  } else {  // a large file takes as long as it takes, as long as it moves
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, 60L);
+  }
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, connection_->error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
@@ -108,14 +116,29 @@ Reply Rest::send(const char* method, const std::string& url, const std::string& 
   const std::string ca = env("MLFLOW_TRACKING_SERVER_CERT_PATH");
   if (!ca.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca.c_str());
   const std::string verb = method;
-  if (verb == "GET") {
+  std::FILE* upload = nullptr;
+  if (body.file != nullptr) {
+    upload = std::fopen(body.file->c_str(), "rb");
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(*body.file, ec);
+    if (upload == nullptr || ec) {
+      if (upload != nullptr) std::fclose(upload);
+      curl_slist_free_all(headers);
+      throw baton::Error("mlflow logger: cannot read '" + *body.file + "': " +
+                         (ec ? ec.message() : std::string(std::strerror(errno))));
+    }
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);  // PUT, the body read from the file
+    curl_easy_setopt(curl, CURLOPT_READDATA, upload);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+  } else if (verb == "GET") {
     curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
   } else {
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.text.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.text.size()));
     if (verb != "POST") curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
   }
   const CURLcode code = curl_easy_perform(curl);
+  if (upload != nullptr) std::fclose(upload);
   curl_slist_free_all(headers);
   Reply reply;
   if (code != CURLE_OK) {
@@ -135,7 +158,7 @@ Reply Rest::send(const char* method, const std::string& url, const std::string& 
   return reply;
 }
 
-Reply Rest::with_retries(const char* method, const std::string& url, const std::string& body,
+Reply Rest::with_retries(const char* method, const std::string& url, const Body& body,
                          const std::string& content_type) {
   Reply reply;
   for (int attempt = 0;; ++attempt) {
@@ -160,9 +183,11 @@ Reply Rest::try_call(const char* method, const std::string& endpoint, const nloh
       curl_free(escaped);
       separator = '&';
     }
-    return with_retries(method, url, "", "application/json");
+    const std::string none;
+    return with_retries(method, url, Body{none}, "application/json");
   }
-  return with_retries(method, url, body.dump(), "application/json");
+  const std::string text = body.dump();
+  return with_retries(method, url, Body{text}, "application/json");
 }
 
 nlohmann::json Rest::call(const char* method, const std::string& endpoint, const nlohmann::json& body) {
@@ -175,8 +200,17 @@ nlohmann::json Rest::call(const char* method, const std::string& endpoint, const
 }
 
 void Rest::put_artifact(const std::string& path, const std::string& bytes, const std::string& content_type) {
+  put(path, Body{bytes}, content_type);
+}
+
+void Rest::put_artifact_file(const std::string& path, const std::string& file) {
+  const std::string none;
+  put(path, Body{none, &file}, "application/octet-stream");
+}
+
+void Rest::put(const std::string& path, const Body& body, const std::string& content_type) {
   const std::string url = base_ + "/api/2.0/mlflow-artifacts/artifacts/" + url_path(path);
-  const Reply reply = with_retries("PUT", url, bytes, content_type);
+  const Reply reply = with_retries("PUT", url, body, content_type);
   if (!reply.ok())
     throw baton::Error("mlflow logger: PUT " + url + ": HTTP " + std::to_string(reply.status) +
                        (reply.error_code.empty() ? "" : " " + reply.error_code) + ": " + reply.message);

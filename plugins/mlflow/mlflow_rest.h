@@ -42,11 +42,19 @@ class Rest {
   /// PUT of a file's bytes to the tracking server's artifact proxy: /api/2.0/mlflow-artifacts/artifacts/<path>
   /// (`path` relative to the proxy's root, e.g. "1/<run id>/artifacts/images/x.png"). Throws as call does.
   void put_artifact(const std::string& path, const std::string& bytes, const std::string& content_type);
+  /// The same for a file on disk, streamed from it (an export of any size): no time limit on the whole request,
+  /// but less than 1 KB/s for 60 s is a failure.
+  void put_artifact_file(const std::string& path, const std::string& file);
 
  private:
-  Reply send(const char* method, const std::string& url, const std::string& body, const std::string& content_type);
-  Reply with_retries(const char* method, const std::string& url, const std::string& body,
-                     const std::string& content_type);
+  // A request's body: `text`, or, when `file` is set, the file's bytes streamed.
+  struct Body {
+    const std::string& text;
+    const std::string* file = nullptr;
+  };
+  Reply send(const char* method, const std::string& url, const Body& body, const std::string& content_type);
+  Reply with_retries(const char* method, const std::string& url, const Body& body, const std::string& content_type);
+  void put(const std::string& path, const Body& body, const std::string& content_type);
 
   struct Connection;
   std::unique_ptr<Connection> connection_;

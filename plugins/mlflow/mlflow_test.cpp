@@ -82,6 +82,7 @@ int free_port() {
 // so that its workers stop with it.
 struct Server {
   fs::path venv;
+  fs::path artifacts;  // the server's artifact folder
   std::string uri;
   int pid = -1;
 
@@ -128,6 +129,7 @@ const Server* server() {
   }
   running.emplace();
   running->venv = *venv;
+  running->artifacts = dir / "artifacts";
   running->pid = pid;
   running->uri = "http://127.0.0.1:" + std::to_string(port);
   const std::string health = shell_quote((*venv / "bin" / "python").string()) +
@@ -244,6 +246,17 @@ TEST_CASE("mlflow: a trained run on a tracking server, read back with MLflow's c
   CHECK(run["params"]["data.batch_size"] == "32");
   CHECK(run["params"].contains("optimizer.name"));  // not in run.toml: a default the resolved config names
   CHECK(run["artifacts"]["config.toml"].get<int>() > 100);
+  // The exports, byte for byte as the server keeps them (its artifact folder: <experiment>/<run>/artifacts/).
+  CHECK(train.err.find("sending model.safetensors") != std::string::npos);
+  const json saved_run = json::parse(read_bytes(dir / "runs" / "whole" / "mlflow.json"));
+  const fs::path stored = mlflow->artifacts /
+                          saved_run["experiment_id"].get<std::string>() / run["run_id"].get<std::string>() /
+                          "artifacts";
+  for (const char* file : {"model.safetensors", "ema.safetensors"}) {
+    CAPTURE(file);
+    REQUIRE(run["artifacts"].contains(file));
+    CHECK(read_bytes(stored / file) == read_bytes(dir / "runs" / "whole" / file));
+  }
   CHECK(run["tags"]["team"] == "vision");
   CHECK(run["tags"]["mlflow.source.name"] == "baton");
   // The run folder names the MLflow run, for a resumed run to continue.
@@ -338,6 +351,7 @@ TEST_CASE("mlflow: non-finite values, images, and a failed run's status and erro
   const auto png = baton::encode_png(image, "test");
   CHECK(run["artifacts"]["images/samples/eval/step_00000002.png"] == png.size());
   CHECK(run["artifacts"]["config.toml"] == context.config_text.size());
+  CHECK_FALSE(run["artifacts"].contains("model.safetensors"));  // a failed run has no exports
 }
 
 TEST_CASE("mlflow: a tracking server that does not answer stops the run before training, naming it") {

@@ -38,7 +38,7 @@ struct BATON_API LoggerContext {
   std::string run_dir;   // the run folder (never empty: a run that writes nothing opens no destination)
   bool resumed = false;  // the run continues from a checkpoint
   Timestamp start;       // where it starts: zero, or the checkpoint's time when resumed
-  std::string config_text;  // the resolved config as TOML (TrainerOptions::config_text; an embedding program's may
+  std::string config_text{};  // the resolved config as TOML (TrainerOptions::config_text; an embedding program's may
                             // be empty or not TOML), for destinations that record a run's parameters
   /// The run's logger, for warnings a destination has to give without failing the run (a tracking server that
   /// stopped answering). Null from code that opens a destination by hand. Call it only from the thread that
