@@ -175,17 +175,20 @@ void apply_param_groups(torch::optim::Optimizer& optimizer, const NamedTensors& 
       throw Error("optimizer: parameter '" + *named->second + "' is not among the model's parameters");
     members[found->second].push_back(tensor);
   }
-  std::vector<torch::optim::OptimizerParamGroup> made;
-  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
-    std::unique_ptr<torch::optim::OptimizerOptions> options = base->clone();
-    options->set_lr(base->get_lr() * plan.groups[g].lr_scale);
-    if (!plan.groups[g].decay && !set_weight_decay(*options, 0.0))
-      throw Error("optimizer: weight_decay_exclude sets weight decay per group on torch::optim::SGD, Adam and "
-                  "AdamW only; this optimizer's options are of another type");
-    made.emplace_back(members[g], std::move(options));
-  }
+  if (!set_weight_decay(*base->clone(), 0.0) && std::any_of(plan.groups.begin(), plan.groups.end(),
+                                                             [](const auto& group) { return !group.decay; }))
+    throw Error("optimizer: weight_decay_exclude sets weight decay per group on torch::optim::SGD, Adam and "
+                "AdamW only; this optimizer's options are of another type");
   groups.clear();
-  for (const auto& group : made) optimizer.add_param_group(group);
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) optimizer.add_param_group({members[g], base->clone()});
+  // The groups' own values are set once they are the optimizer's: newer LibTorch (2.15 here) merges the options
+  // given to add_param_group with the optimizer's defaults, field by field, taking the default's value wherever the
+  // given one equals its type's default, so a weight decay of 0 passed in came back as the optimizer's 0.5.
+  for (std::size_t g = 0; g < plan.groups.size(); ++g) {
+    torch::optim::OptimizerOptions& options = groups[g].options();
+    options.set_lr(base->get_lr() * plan.groups[g].lr_scale);
+    if (!plan.groups[g].decay) set_weight_decay(options, 0.0);
+  }
 }
 
 }  // namespace baton
