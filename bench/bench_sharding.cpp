@@ -11,12 +11,16 @@
 //   state   bytes of the model state it holds after a step: parameters, gradients (the model's and the shard's),
 //           the shard parameters, Adam's moments, the EMA; each storage counted once (zero1/zero2's shard
 //           parameters are the rows of the model's own, zero1's shard gradients the rows of its whole gradients);
-//   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end;
+//   peak    the growth of its peak resident memory (VmHWM) from before the model was built to the end, less the
+//           growth of its resident file pages (RssFile: LibTorch's code, shared by the ranks), with LibTorch's
+//           CPU allocator as the trainer sets it (trainer.cpu_allocator, --cpu-allocator: caching by default);
 //   tensors the peak of its live tensor storage over the same span (LibTorch's CPU allocator wrapped to count it):
-//           the peak above less what the C library keeps resident of memory already freed;
+//           the peak above less what the allocator keeps resident of memory already freed (the C library
+//           kept 1.3-1.6 x; the cache keeps its blocks within this peak);
 //   sent    bytes over the loopback interface per step (its counters, all ranks together, divided by W), from the
 //           kernel, not from the code;
-//   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), and rank 0's per phase.
+//   step    seconds per training step (forward, backward, reduce, Adam, gather, EMA), the median of the timed
+//           steps, and rank 0's mean per phase.
 // Printed beside each: the formula (Adam + EMA in fp32 = 20 bytes per parameter unsharded; zero1 (8 + 12/W)/20,
 // zero2 (4 + 16/W)/20, zero3 (20/W)/20 of that between steps, each Linear a unit, and at its peak the largest unit's
 // parameters and gradients besides (8 bytes each); the ring's 2 (W - 1)/W of the
@@ -27,11 +31,12 @@
 //            zero3_tensor_peak_vs_formula=...
 //            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
 //            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
-//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4]
+//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] [--cpu-allocator caching|system]
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -58,6 +63,7 @@
 #include "baton/ema.h"
 #include "baton/model_tensors.h"
 #include "baton/unit.h"
+#include "memory/cpu_cache.h"
 #include "sharding/zero.h"
 
 extern char** environ;
@@ -159,9 +165,19 @@ class CountingAllocator final : public c10::Allocator {
   mutable std::atomic<std::int64_t> live_{0}, peak_{0};
 };
 
+// The median: a step that another process on the machine delayed moves it less than the mean (the ranks share
+// two cores here).
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
 // One rank's run: prints "rank R state=... peak=... sent=... step=..." on stdout.
-int run_rank(int rank, int world, const std::string& mode, int port, int steps, std::int64_t bucket_bytes) {
+int run_rank(int rank, int world, const std::string& mode, int port, int steps, std::int64_t bucket_bytes,
+             const std::string& cpu_allocator) {
   const std::int64_t rss_before = status_kib("VmHWM:");
+  const std::int64_t file_before = status_kib("RssFile:");
+  baton::memory::use_cpu_cache(cpu_allocator == "caching");  // as the trainer does during fit()
   static CountingAllocator counting(c10::GetCPUAllocator());
   c10::SetCPUAllocator(&counting, /*priority=*/100);
   const std::int64_t live_before = counting.live();
@@ -204,7 +220,8 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
   at::manual_seed(100 + rank);  // each rank its own data
   const at::Tensor inputs = at::randn({kBatch, 784}), targets = at::randint(0, 10, {kBatch});
 
-  double seconds = 0, phases[5] = {};  // zero_grad + forward + backward, reduce, Adam, gather, EMA
+  std::vector<double> step_seconds;  // the timed steps'
+  double phases[5] = {};             // zero_grad + forward + backward, reduce, Adam, gather, EMA
   std::int64_t sent_before = 0, state = 0;
   for (int step = 0; step < steps; ++step) {
     if (step == 1) {  // the first step allocates the optimizer state: timed from the second on
@@ -238,7 +255,8 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
     phase(3);
     ema.update(*model);
     phase(4);
-    if (step >= 1) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (step >= 1)
+      step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (step == steps - 1) {  // what the rank holds at the end of a step
       StorageBytes held;
       for (const auto& p : model->parameters()) {
@@ -261,11 +279,14 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
   }
   if (comm) comm->barrier();
   const std::int64_t sent = loopback_sent() - sent_before;
-  const double peak = static_cast<double>(status_kib("VmHWM:") - rss_before) * 1024.0;
+  // LibTorch's code pages read in for the first step's kernels (12 MB here) are file pages the ranks share, not
+  // the rank's memory: their growth, which ends with the first step, is taken off.
+  const double peak =
+      static_cast<double>(status_kib("VmHWM:") - rss_before - (status_kib("RssFile:") - file_before)) * 1024.0;
   const double tensor_peak = static_cast<double>(counting.peak() - live_before);
   const double timed = steps - 1;
   std::printf("rank %d state=%lld peak=%.0f tensors=%.0f sent=%.0f step=%.6f phases=%.3f/%.3f/%.3f/%.3f/%.3f\n", rank,
-              static_cast<long long>(state), peak, tensor_peak, static_cast<double>(sent) / timed / world, seconds / timed,
+              static_cast<long long>(state), peak, tensor_peak, static_cast<double>(sent) / timed / world, median(step_seconds),
               phases[0] / timed, phases[1] / timed, phases[2] / timed, phases[3] / timed, phases[4] / timed);
   return 0;
 }
@@ -276,7 +297,8 @@ struct Measured {
 };
 
 // Starts W copies of this program, one per rank, and reads back their lines.
-Measured run_world(const char* self, int world, const std::string& mode, int steps, int port, int bucket_mb) {
+Measured run_world(const char* self, int world, const std::string& mode, int steps, int port, int bucket_mb,
+                   const std::string& cpu_allocator) {
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r = 0; r < world; ++r) {
@@ -288,7 +310,7 @@ Measured run_world(const char* self, int world, const std::string& mode, int ste
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     const std::string args[] = {self, "--rank", std::to_string(r), "--world", std::to_string(world), "--mode", mode,
                                 "--port", std::to_string(port), "--steps", std::to_string(steps),
-                                "--bucket-mb", std::to_string(bucket_mb)};
+                                "--bucket-mb", std::to_string(bucket_mb), "--cpu-allocator", cpu_allocator};
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -340,7 +362,7 @@ double formula(const std::string& mode, int world) {  // model-state bytes per p
 
 int main(int argc, char** argv) {
   int rank = -1, world = 1, port = 29600, steps = 6, bucket_mb = 4;
-  std::string mode = "none", worlds = "1,2,4";
+  std::string mode = "none", worlds = "1,2,4", cpu_allocator = "caching";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--rank") rank = std::stoi(value);
@@ -350,16 +372,19 @@ int main(int argc, char** argv) {
     else if (key == "--steps") steps = std::max(2, std::stoi(value));
     else if (key == "--worlds") worlds = value;
     else if (key == "--bucket-mb") bucket_mb = std::max(1, std::stoi(value));
+    else if (key == "--cpu-allocator" && (value == "caching" || value == "system")) cpu_allocator = value;
     else {
-      std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4]\n");
+      std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] "
+                           "[--cpu-allocator caching|system]\n");
       return 2;
     }
   }
-  if (rank >= 0) return run_rank(rank, world, mode, port, steps, std::int64_t{bucket_mb} << 20);
+  if (rank >= 0) return run_rank(rank, world, mode, port, steps, std::int64_t{bucket_mb} << 20, cpu_allocator);
 
   const double parameters = 784.0 * 1024 + 1024 + 24 * (1024.0 * 1024 + 1024) + 1024.0 * 10 + 10;
   std::printf("model: %.1f M parameters (fp32, %.1f MB), Adam and the EMA; buckets of %d MB; %d steps, the first "
-              "untimed\n", parameters / 1e6, parameters * 4 / 1e6, bucket_mb, steps);
+              "untimed; CPU allocator: %s\n", parameters / 1e6, parameters * 4 / 1e6, bucket_mb, steps,
+              cpu_allocator.c_str());
   std::printf("%-6s %2s %10s %8s %8s %10s %8s %10s %8s %10s %8s %8s  %s\n", "mode", "W", "state MB", "B/param",
               "formula", "peak MB", "B/param", "tensors MB", "B/param", "sent MB", "vs ring", "step s",
               "s: backward(+reduce)/reduce/adam/gather/ema");
@@ -371,7 +396,7 @@ int main(int argc, char** argv) {
   while (std::getline(list, item, ',')) {
     const int w = std::stoi(item);
     for (const char* m : kModes) {
-      Measured r = run_world(argv[0], w, m, steps, next_port++, bucket_mb);
+      Measured r = run_world(argv[0], w, m, steps, next_port++, bucket_mb, cpu_allocator);
       const double per_param = r.state / parameters;
       if (w == 1 && std::string(m) == "none") unsharded = per_param;
       const double ring = w > 1 ? (std::string(m) == "zero3" ? 3.0 : 2.0) * (w - 1) / w * parameters * 4 : 0;

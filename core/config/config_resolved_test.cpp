@@ -100,6 +100,7 @@ prefetch = 3
 max_duration = "300ba"
 eval_interval = "0.25dur"
 device = "cuda:1"
+cpu_allocator = "system"
 threads = 2
 precision = "amp_fp16"
 microbatch_size = 8

@@ -52,6 +52,10 @@ std::string fp16_on_cuda(const S& s) {
          "\" (amp_fp16 needs a CUDA device; on the CPU use amp_bf16, which needs no loss scaling)";
 }
 
+std::string allocator_name(const S& s) {
+  return s.cpu_allocator == "caching" || s.cpu_allocator == "system" ? "" : "\"caching\" or \"system\"";
+}
+
 std::string prefetch_covers_workers(const S& s) {
   if (s.workers <= 0 || s.prefetch <= 0 || s.prefetch >= s.workers) return "";
   return "at least workers (" + std::to_string(s.workers) + ": each worker fetches one of the batches ahead)";
@@ -79,6 +83,7 @@ const std::vector<Setting>& settings() {
       {"run", "seed", "seed", &S::seed, {}},
       {"trainer", "threads", "threads", &S::threads, at_least(0)},
       {"trainer", "device", "device", &S::device, related(device_form)},
+      {"trainer", "cpu_allocator", "cpu_allocator", &S::cpu_allocator, related(allocator_name)},
       {"trainer", "precision", "precision", &S::precision, related(fp16_on_cuda)},
       {"trainer", "microbatch_size", "microbatch_size", &S::microbatch_size, at_least(0)},
       {"trainer", "log_interval", "log_interval", &S::log_interval, time_in({U::batch}, true)},

@@ -151,6 +151,12 @@ TEST_SUITE("settings") {
     s.device = "cuda:x";
     CHECK(problems(s).size() == 1);
     s = {};
+    s.cpu_allocator = "jemalloc";
+    CHECK(only_problem(s) ==
+          "trainer.cpu_allocator (cpu_allocator): expected \"caching\" or \"system\", got \"jemalloc\"");
+    s.cpu_allocator = "system";
+    CHECK(problems(s).empty());
+    s = {};
     s.microbatch_size = -1;
     CHECK(only_problem(s) == "trainer.microbatch_size (microbatch_size): expected an integer >= 0, got -1");
     s = {};

@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "baton/communicator.h"
+#include "memory/cpu_cache.h"
 #include "sdk/exception_text.h"
 #include "sdk/step_generator.h"
 #include "trainer/data_parallel.h"
@@ -42,6 +43,9 @@ FitResult Trainer::Impl::fit() {
   if (train->size() == 0) throw Error("the training set is empty");
   const auto started = std::chrono::steady_clock::now();
   fit_started = started;
+  // Large CPU tensors through the cache (trainer.cpu_allocator), its peak counted from this fit's start.
+  memory::use_cpu_cache(options.cpu_allocator == "caching");
+  memory::release_cpu_cache();
   std::exception_ptr failure;
   try {
     ensure_init();
@@ -97,6 +101,7 @@ FitResult Trainer::Impl::fit() {
   fitting = false;
   train_loader.stop();
   finish(failure);
+  memory::release_cpu_cache();  // the memory back to the program that embeds the trainer
   FitResult result;
   result.end = state.progress.now;
   result.evals = history;

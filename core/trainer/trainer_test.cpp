@@ -31,6 +31,7 @@
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
 #include "config/config.h"  // eval_set_name_problem
+#include "memory/cpu_cache.h"
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
 #include "baton/safetensors.h"
@@ -207,6 +208,28 @@ TEST_SUITE("trainer") {
     CHECK(recorder->events == expected);
     REQUIRE(result.evals.size() == 1);  // no second, final evaluation at the same batch
     CHECK(result.evals[0].at.batch == 2);
+  }
+
+  TEST_CASE("trainer.cpu_allocator: the cache serves a fit's large tensors and is given back at its end") {
+    using baton::memory::cpu_cache_stats;
+    auto cached = quiet_options();
+    cached.max_duration = Time(1, TimeUnit::epoch);
+    auto system = cached;
+    system.cpu_allocator = "system";
+    auto with_system = make_trainer(system);
+    const auto before = cpu_cache_stats();
+    with_system->fit();
+    CHECK_FALSE(baton::memory::cpu_cache_on());
+    CHECK(cpu_cache_stats().reused == before.reused);
+    CHECK(cpu_cache_stats().resized == before.resized);
+
+    auto with_cache = make_trainer(cached);
+    with_cache->fit();
+    CHECK(baton::memory::cpu_cache_on());
+    const auto after = cpu_cache_stats();
+    CHECK(after.reused + after.resized > before.reused + before.resized);  // a freed block served another tensor
+    CHECK(after.cached_bytes == 0);  // given back at the end of the fit
+    CHECK(same_weights(with_system->model(), with_cache->model()));  // memory, not arithmetic
   }
 
   TEST_CASE("resume after an epoch ends bitwise identical to an uninterrupted run") {

@@ -105,6 +105,10 @@ struct TrainerSettings {
   /// per core, shared by the ranks on the machine).
   std::int64_t threads = 0;
   std::string device = "cpu";  // cpu | cuda | cuda:N: where the model, optimizer state and batches live
+  /// CPU tensor memory during fit(): "caching" keeps freed blocks of 256 KiB and more for the next tensor, of
+  /// their size or resized (no page faults in a step that repeats its sizes; resident memory at the peak of live
+  /// tensors); "system" leaves every allocation to LibTorch's allocator and the C library. docs/config.md.
+  std::string cpu_allocator = "caching";
   Precision precision = Precision::automatic;  // evaluation and prediction run under the same precision
   /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
   /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
