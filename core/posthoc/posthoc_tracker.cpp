@@ -101,18 +101,20 @@ std::int64_t PosthocTracker::bytes() const {
   return total;
 }
 
-std::int64_t PosthocTracker::write_snapshots(const fs::path& run_dir) {
+std::int64_t PosthocTracker::write_snapshots(const fs::path& run_dir, bool write) {
   if (time_ == 0 || time_ == last_snapshot_) return 0;
-  fs::create_directories(run_dir / kSnapshotFolder);
+  if (write) fs::create_directories(run_dir / kSnapshotFolder);
   std::int64_t written = 0;
   for (std::size_t i = 0; i < profiles_.size(); ++i) {
+    NamedTensors tensors = profile_tensors(i);  // every rank: sharded profiles gather
+    if (!write) continue;
     std::map<std::string, std::string> metadata{{"format", "pt"},
                                                 {kSnapshotTime, std::to_string(time_)},
                                                 {kSnapshotGamma, exact(gammas_[i])},
                                                 {kSnapshotSigmaRel, exact(sigma_rels_[i])},
                                                 {kSnapshotProfile, names_[i]}};
     fs::path path = run_dir / kSnapshotFolder / snapshot_file_name(names_[i], time_);
-    write_safetensors_atomic(path.string(), profile_tensors(i), metadata);
+    write_safetensors_atomic(path.string(), tensors, metadata);
     written += static_cast<std::int64_t>(fs::file_size(path));
   }
   last_snapshot_ = time_;

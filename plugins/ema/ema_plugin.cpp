@@ -39,11 +39,12 @@ std::string byte_size(std::int64_t bytes) {
   return format_decimals(static_cast<double>(bytes) / (1024.0 * 1024.0), 1) + " MiB";
 }
 
-std::optional<PosthocTracker> make_tracker(const EmaSettings& settings) {
+// `averaged`: the options of the run's EMA (sharded over the ranks, following zero3's rows), which the profiles
+// share but for their dtype.
+std::optional<PosthocTracker> make_tracker(const EmaSettings& settings, EmaOptions averaged) {
   if (!settings.posthoc.enabled) return std::nullopt;
-  EmaOptions options = settings.ema;
-  options.float32 = settings.posthoc.float32;
-  return PosthocTracker(settings.posthoc.sigma_rels, options);
+  averaged.float32 = settings.posthoc.float32;
+  return PosthocTracker(settings.posthoc.sigma_rels, averaged);
 }
 
 NamedTensors model_state_copy(const torch::nn::Module& model) {
@@ -57,7 +58,7 @@ class EmaAlgorithm final : public Algorithm {
   explicit EmaAlgorithm(const PluginConfig& config)
       : settings_(parse_settings(config)),
         ema_(settings_.ema),
-        posthoc_(make_tracker(settings_)) {}
+        posthoc_(make_tracker(settings_, settings_.ema)) {}
 
   // One line per event this plugin acts on (docs/plugins.md's worked example).
   void subscribe(Subscriptions& events) override {
@@ -158,9 +159,11 @@ class EmaAlgorithm final : public Algorithm {
       // zero3 releases the parameters between steps: the EMA follows this rank's rows of them in the run's shards.
       if (zero3) options.held_rows = held_rows_of(state.facts, settings_.module);
       ema_ = ExponentialMovingAverage(options);
+      // The post-hoc profiles likewise: each rank keeps its rows of every profile, gathered for a snapshot.
+      posthoc_ = make_tracker(settings_, options);
+    } else if (state.facts.rank() != 0) {
+      posthoc_.reset();  // profiles over whole weights: rank 0's alone, which writes the snapshots
     }
-    // Only rank 0 writes snapshots and checkpoints: the other ranks need no post-hoc profiles.
-    if (state.facts.rank() != 0) posthoc_.reset();
     // Built now so that a checkpoint loaded before fit (resume, baton eval) has somewhere to go.
     ema_.reset(*model_);
     started_ = false;
@@ -170,10 +173,6 @@ class EmaAlgorithm final : public Algorithm {
 
   // What this plugin cannot do yet when the run is sharded zero3, refused before the run starts.
   void check_zero3(const State& state) const {
-    if (posthoc_)
-      throw Error("ema: posthoc under sharding \"zero3\" is not supported yet: its profiles read the whole weights, "
-                  "which zero3 keeps only as each rank's shards between steps (use sharding = \"zero2\", or leave "
-                  "posthoc out)");
     if (state.facts.world_size() > 1 && settings_.sharded.has_value() && !*settings_.sharded)
       throw Error("ema: sharded = false under sharding \"zero3\": each rank holds only its rows of the weights, so "
                   "the average is sharded as they are (leave sharded out)");
@@ -260,9 +259,10 @@ class EmaAlgorithm final : public Algorithm {
     if (posthoc_ && state.progress.now.batch > posthoc_->time()) posthoc_->update(*model_, state.progress.now.batch);
   }
 
+  // Every rank that holds profiles: sharded ones are gathered (a collective), and rank 0 writes.
   void write_snapshots(State& state, Logger& logger) {
-    if (!writes_snapshots(state)) return;
-    std::int64_t written = posthoc_->write_snapshots(state.facts.run_dir());
+    if (state.facts.run_dir().empty()) return;
+    std::int64_t written = posthoc_->write_snapshots(state.facts.run_dir(), writes_snapshots(state));
     if (written == 0) return;
     logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + byte_size(written) +
                 " written, " + byte_size(posthoc::snapshot_disk_use(state.facts.run_dir())) + " in " + state.facts.run_dir() + "/posthoc");

@@ -111,7 +111,9 @@ class BATON_API PosthocTracker {
 
   /// Writes every profile at the current time to <run_dir>/posthoc/<profile>_<t>.safetensors (atomically, with
   /// time, γ and σ_rel in the metadata) unless this time was already written; returns the files' total bytes.
-  std::int64_t write_snapshots(const std::filesystem::path& run_dir);
+  /// Profiles sharded over the ranks (EmaOptions::shard_over) are gathered, a collective: every rank calls this,
+  /// and only the one given `write` (rank 0) writes; the others return 0.
+  std::int64_t write_snapshots(const std::filesystem::path& run_dir, bool write = true);
   std::int64_t last_snapshot() const { return last_snapshot_; }
   /// Removes snapshots newer than time() (left by a run that went further than the checkpoint resumed from).
   void remove_snapshots_after_now(const std::filesystem::path& run_dir) const;
