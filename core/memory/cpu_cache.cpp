@@ -130,9 +130,8 @@ class CpuCache final : public c10::Allocator {
     for (; count > 0 && !cached_.empty(); --count) {
       auto last = std::prev(cached_.end());
       ::munmap(last->second, last->first);
-      stats_.cached_bytes -= static_cast<std::int64_t>(last->first);
       ++stats_.released;
-      cached_.erase(last);
+      uncache(last);
     }
   }
 
