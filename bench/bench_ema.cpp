@@ -40,7 +40,7 @@
 
 namespace {
 
-constexpr int kRepeats = 11;
+constexpr int kRepeats = 21;
 constexpr int kBlocks = 24;
 constexpr std::int64_t kWidth = 576;
 constexpr std::int64_t kVocab = 8192;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -88,8 +89,10 @@ inline void store(F16& out, T x) { out = static_cast<F16>(float_to_half(static_c
 template <class E, class W>
 using Compute = std::conditional_t<std::is_same_v<E, double> || std::is_same_v<W, double>, double, float>;
 
-// Software prefetch a few KiB ahead of each stream: with only a couple of cores, each core must keep many cache
-// misses in flight to reach the memory bandwidth, more than the hardware prefetcher alone does for three streams.
+// Software prefetch a few KiB ahead of each stream. Whether it pays depends on the processor: where each core keeps
+// too few cache misses in flight for three streams (a Xeon of two cores measured here) it lifts the update towards
+// the memory bandwidth; where the hardware prefetcher already keeps up (the 2-core AMD EPYC of later sessions) the
+// extra instructions cost 5-8 %. So both loops are compiled and a Plan times them on its first updates.
 constexpr std::int64_t kBlock = 64;             // elements per prefetch step (one to four cache lines per stream)
 constexpr std::int64_t kPrefetchBytes = 2048;
 constexpr std::int64_t kCacheLine = 64;
@@ -101,36 +104,38 @@ inline void prefetch_ahead(const T* p) {
     __builtin_prefetch(base + offset, Write);  // never faults, even past the end of the buffer
 }
 
-// f(e[i], w[i]) for i in [0, n), vectorised in blocks of kBlock with the prefetches above.
-template <class E, class W, class F>
+// f(e[i], w[i]) for i in [0, n), vectorised in blocks of kBlock, with the prefetches above when Prefetch is set.
+template <bool Prefetch, class E, class W, class F>
 inline void for_each_pair(E* __restrict e, const W* __restrict w, std::int64_t n, F f) {
   std::int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    prefetch_ahead<1>(e + i);
-    prefetch_ahead<0>(w + i);
+  if constexpr (Prefetch) {
+    for (; i + kBlock <= n; i += kBlock) {
+      prefetch_ahead<1>(e + i);
+      prefetch_ahead<0>(w + i);
 #pragma omp simd
-    for (std::int64_t j = i; j < i + kBlock; ++j) f(e[j], w[j]);
+      for (std::int64_t j = i; j < i + kBlock; ++j) f(e[j], w[j]);
+    }
   }
 #pragma omp simd
   for (std::int64_t j = i; j < n; ++j) f(e[j], w[j]);
 }
 
-template <class E, class W>
+template <bool Prefetch, class E, class W>
 void average(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double blend) {
   using T = Compute<E, W>;
   const T a = static_cast<T>(blend);
-  for_each_pair(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
-                [a](E& e, const W& w) {
-                  const T x = load<T>(e);
-                  store(e, x + a * (load<T>(w) - x));
-                });
+  for_each_pair<Prefetch>(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
+                          [a](E& e, const W& w) {
+                            const T x = load<T>(e);
+                            store(e, x + a * (load<T>(w) - x));
+                          });
 }
 
-template <class E, class W>
+template <bool Prefetch, class E, class W>
 void convert(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double) {
   using T = Compute<E, W>;
-  for_each_pair(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
-                [](E& e, const W& w) { store(e, load<T>(w)); });
+  for_each_pair<Prefetch>(static_cast<E*>(ema) + begin, static_cast<const W*>(weight) + begin, end - begin,
+                          [](E& e, const W& w) { store(e, load<T>(w)); });
 }
 
 void copy_bytes(void* ema, const void* weight, std::int64_t begin, std::int64_t end, double) {
@@ -141,13 +146,16 @@ void copy_bytes(void* ema, const void* weight, std::int64_t begin, std::int64_t 
 using Kernel = void (*)(void*, const void*, std::int64_t, std::int64_t, double);
 constexpr int kFloatTypes = 4;  // f32, f64, bf16, f16: the order of Element
 
-template <class E, class W>
-struct AverageOp {
-  static constexpr Kernel fn = &average<E, W>;
-};
-template <class E, class W>
-struct ConvertOp {
-  static constexpr Kernel fn = &convert<E, W>;
+template <bool Prefetch>
+struct Ops {
+  template <class E, class W>
+  struct Average {
+    static constexpr Kernel fn = &average<Prefetch, E, W>;
+  };
+  template <class E, class W>
+  struct Convert {
+    static constexpr Kernel fn = &convert<Prefetch, E, W>;
+  };
 };
 
 template <template <class, class> class Op, class E>
@@ -160,13 +168,17 @@ constexpr std::array<std::array<Kernel, kFloatTypes>, kFloatTypes> table() {
   return {row<Op, float>(), row<Op, double>(), row<Op, Bf16>(), row<Op, F16>()};
 }
 
-constexpr auto kAverage = table<AverageOp>();
-constexpr auto kConvert = table<ConvertOp>();
+// [Loop]: the plain loop first, then the prefetching one.
+constexpr std::array<std::array<std::array<Kernel, kFloatTypes>, kFloatTypes>, 2> kAverage = {
+    table<Ops<false>::Average>(), table<Ops<true>::Average>()};
+constexpr std::array<std::array<std::array<Kernel, kFloatTypes>, kFloatTypes>, 2> kConvert = {
+    table<Ops<false>::Convert>(), table<Ops<true>::Convert>()};
 
-Kernel kernel_for(const Task& task, bool copy_all) {
+Kernel kernel_for(const Task& task, bool copy_all, Loop loop) {
   if (task.ema_type == Element::bytes) return &copy_bytes;
   const auto e = static_cast<int>(task.ema_type), w = static_cast<int>(task.weight_type);
-  return (task.copy || copy_all) ? kConvert[e][w] : kAverage[e][w];
+  const auto l = static_cast<int>(loop);
+  return (task.copy || copy_all) ? kConvert[l][e][w] : kAverage[l][e][w];
 }
 
 }  // namespace
@@ -201,9 +213,19 @@ Plan::Plan(std::vector<Task> tasks, std::int64_t chunk_elements) : tasks_(std::m
   }
 }
 
-void Plan::run_chunk(const Chunk& chunk, double blend, bool copy_all) const {
+void Plan::run_chunk(const Chunk& chunk, double blend, bool copy_all, Loop loop) const {
   const Task& task = tasks_[chunk.task];
-  kernel_for(task, copy_all)(task.ema, task.weight, chunk.begin, chunk.end, blend);
+  kernel_for(task, copy_all, loop)(task.ema, task.weight, chunk.begin, chunk.end, blend);
+}
+
+// Small plans stay in cache, where the loops differ by noise: no trials.
+bool Plan::timing() const { return !forced_ && elements_ >= kTuneElements && trials_ < 2 * kTrialsPerLoop; }
+
+Loop Plan::next_loop() const {
+  if (forced_) return *forced_;
+  if (elements_ < kTuneElements) return Loop::plain;
+  if (timing()) return static_cast<Loop>(trials_ % 2);
+  return fastest_[0] <= fastest_[1] ? Loop::plain : Loop::prefetch;
 }
 
 int Plan::run(double smoothing, int threads) const {
@@ -212,15 +234,30 @@ int Plan::run(double smoothing, int threads) const {
   const bool copy_all = smoothing == 0.0;
   const double blend = 1.0 - smoothing;
   const auto count = static_cast<std::int64_t>(chunks_.size());
+  const Loop loop = next_loop();
+  const bool trial = timing();
+  const auto start = std::chrono::steady_clock::now();
   int used = 1;
 #pragma omp parallel num_threads(wanted) if (elements_ >= kParallelThreshold)
   {
 #pragma omp single nowait
     used = omp_get_num_threads();
 #pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < count; ++i) run_chunk(chunks_[static_cast<std::size_t>(i)], blend, copy_all);
+    for (std::int64_t i = 0; i < count; ++i) run_chunk(chunks_[static_cast<std::size_t>(i)], blend, copy_all, loop);
+  }
+  if (trial) {
+    // The fastest of each loop's trials, so one run slowed by another process does not decide.
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double& best = fastest_[static_cast<int>(loop)];
+    best = std::min(best, seconds);
+    ++trials_;
   }
   return used;
+}
+
+std::optional<Loop> Plan::chosen_loop() const {
+  if (timing()) return std::nullopt;
+  return next_loop();
 }
 
 }  // namespace baton::ema_kernel

@@ -4,6 +4,8 @@
 // cut into chunks of about kChunkElements, and one OpenMP parallel loop runs all chunks of all tensors, so a model
 // of a few hundred tensors costs one parallel region per update, not one per tensor.
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <vector>
 
 namespace baton::ema_kernel {
@@ -31,6 +33,13 @@ int default_threads();
 
 constexpr std::int64_t kChunkElements = std::int64_t{1} << 16;
 
+/// The two compiled forms of the streaming loop: identical arithmetic (bit-identical results), different speed by
+/// processor (ema_kernel.cpp says why). A plan of at least kTuneElements elements runs each kTrialsPerLoop times,
+/// alternating, on its first updates and keeps the faster; smaller plans run the plain loop.
+enum class Loop : std::uint8_t { plain = 0, prefetch = 1 };
+constexpr std::int64_t kTuneElements = std::int64_t{1} << 21;  // 8 MiB of fp32 EMA: well past the caches
+constexpr int kTrialsPerLoop = 5;
+
 class Plan {
  public:
   Plan() = default;
@@ -43,17 +52,28 @@ class Plan {
   /// threads <= 0 uses default_threads(). Returns the number of threads the parallel region ran with.
   int run(double smoothing, int threads = 0) const;
 
+  /// The loop every later run uses: nullopt while the first runs are still timing both.
+  std::optional<Loop> chosen_loop() const;
+  /// Runs `loop` from now on, without trials (tests, and benchmarks that compare the two).
+  void force_loop(Loop loop) { forced_ = loop; }
+
  private:
   struct Chunk {
     std::uint32_t task;
     std::int64_t begin;
     std::int64_t end;
   };
-  void run_chunk(const Chunk& chunk, double blend, bool copy_all) const;
+  void run_chunk(const Chunk& chunk, double blend, bool copy_all, Loop loop) const;
+  bool timing() const;
+  Loop next_loop() const;
 
   std::vector<Task> tasks_;
   std::vector<Chunk> chunks_;
   std::int64_t elements_ = 0;
+  std::optional<Loop> forced_;
+  // The trials' state: a plan belongs to one EMA, whose updates do not run concurrently.
+  mutable int trials_ = 0;
+  mutable double fastest_[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
 };
 
 }  // namespace baton::ema_kernel

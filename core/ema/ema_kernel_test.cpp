@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <c10/util/BFloat16.h>
@@ -95,6 +97,48 @@ TEST_SUITE("ema") {
     plan.run(s, 3);
     CHECK((ema32 == one_thread32));
     CHECK((ema64 == one_thread64));
+  }
+
+  TEST_CASE("the plain and the prefetching loop agree bit for bit; a large plan times both, then keeps one") {
+    using baton::ema_kernel::Element;
+    using baton::ema_kernel::Loop;
+    const std::int64_t n = baton::ema_kernel::kTuneElements + 12345;  // past the size that is timed
+    std::vector<float> weights(static_cast<std::size_t>(n)), start(static_cast<std::size_t>(n));
+    std::vector<std::uint16_t> halves(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      weights[i] = static_cast<float>(std::cos(0.0007 * static_cast<double>(i)));
+      start[i] = static_cast<float>(std::sin(0.0011 * static_cast<double>(i)));
+      halves[i] = c10::Half(weights[i]).x;
+    }
+    auto steps = [&](std::optional<Loop> loop, int count, std::optional<Loop>* chosen = nullptr) {
+      std::vector<float> ema32 = start, ema16 = start;
+      baton::ema_kernel::Plan plan({{ema32.data(), weights.data(), n, Element::f32, Element::f32, false},
+                                    {ema16.data(), halves.data(), n, Element::f32, Element::f16, false}});
+      if (loop) plan.force_loop(*loop);
+      for (int i = 0; i < count; ++i) {
+        if (!loop) CHECK(plan.chosen_loop().has_value() == (i >= 2 * baton::ema_kernel::kTrialsPerLoop));
+        plan.run(0.99 - 0.01 * i);
+      }
+      if (chosen) *chosen = plan.chosen_loop();
+      ema32.insert(ema32.end(), ema16.begin(), ema16.end());
+      return ema32;
+    };
+    const int count = 2 * baton::ema_kernel::kTrialsPerLoop + 2;
+    std::optional<Loop> chosen;
+    const auto plain = steps(Loop::plain, count);
+    const auto prefetching = steps(Loop::prefetch, count);
+    const auto tuned = steps(std::nullopt, count, &chosen);
+    CHECK(std::vector<float>(plain.begin(), plain.begin() + n) != start);  // the steps did move the EMA
+    CHECK((plain == prefetching));
+    CHECK((plain == tuned));
+    REQUIRE(chosen.has_value());
+    const std::string choice = *chosen == Loop::plain ? "plain" : "prefetch";
+    MESSAGE("loop chosen on this processor: " << choice);
+
+    // A plan below the timed size runs the plain loop from its first update.
+    std::vector<float> small(1000), small_w(1000, 1.0F);
+    baton::ema_kernel::Plan little({{small.data(), small_w.data(), 1000, Element::f32, Element::f32, false}});
+    CHECK(little.chosen_loop() == Loop::plain);
   }
 
   TEST_CASE("the kernel's fp16 conversions agree with c10::Half bit for bit (all halves; floats of every range)") {
