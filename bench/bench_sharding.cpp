@@ -31,7 +31,8 @@
 //            zero3_tensor_peak_vs_formula=...
 //            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
 //            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
-//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] [--cpu-allocator caching|system]
+//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] [--cpu-allocator caching|system] [--rounds 3]
+// The step ratios at W = 2 are of each mode's median over `rounds` runs, the modes run alternately.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -181,6 +183,9 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
   static CountingAllocator counting(c10::GetCPUAllocator());
   c10::SetCPUAllocator(&counting, /*priority=*/100);
   const std::int64_t live_before = counting.live();
+  // Each rank's share of the cores, as `baton train` gives it (trainer.threads = 0: cores / LOCAL_WORLD_SIZE).
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+  at::set_num_threads(threads);
   baton::DistributedEnv env;
   env.rank = rank;
   env.world_size = world;
@@ -205,7 +210,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
   torch::optim::Adam adam(sharded ? sharded->shard_parameters() : model->parameters(), torch::optim::AdamOptions(1e-4));
   baton::EmaOptions ema_options;
   ema_options.smoothing = 0.999;
-  ema_options.threads = 1;
+  ema_options.threads = threads;
   if (world > 1) ema_options.shard_over = comm;  // sharded over the ranks, as the ema plugin does by default
   ema_options.held_rows = [&sharded] {  // zero3's released parameters, as RunFacts::held_rows gives them
     return sharded ? sharded->held_rows() : std::vector<baton::HeldRows>();
@@ -361,7 +366,7 @@ double formula(const std::string& mode, int world) {  // model-state bytes per p
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = -1, world = 1, port = 29600, steps = 6, bucket_mb = 4;
+  int rank = -1, world = 1, port = 29600, steps = 6, bucket_mb = 4, rounds = 3;
   std::string mode = "none", worlds = "1,2,4", cpu_allocator = "caching";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
@@ -372,10 +377,11 @@ int main(int argc, char** argv) {
     else if (key == "--steps") steps = std::max(2, std::stoi(value));
     else if (key == "--worlds") worlds = value;
     else if (key == "--bucket-mb") bucket_mb = std::max(1, std::stoi(value));
+    else if (key == "--rounds") rounds = std::max(1, std::stoi(value));
     else if (key == "--cpu-allocator" && (value == "caching" || value == "system")) cpu_allocator = value;
     else {
       std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] "
-                           "[--cpu-allocator caching|system]\n");
+                           "[--cpu-allocator caching|system] [--rounds 3]\n");
       return 2;
     }
   }
@@ -412,6 +418,24 @@ int main(int argc, char** argv) {
     std::printf("RESULT (W = 2 not measured)\n");
     return 0;
   }
+  // The step times at W = 2 again, the modes in turn, rounds - 1 more times: the ranks share this machine's cores
+  // with each other and with whatever else runs, so one run per mode drifts with the load; each ratio is of the
+  // modes' medians over the rounds, measured alternately.
+  std::map<std::string, std::vector<double>> steps_at2;
+  for (const char* m : kModes) steps_at2[m].push_back(at2[m].step);
+  for (int round = 1; round < rounds; ++round) {
+    std::printf("step round %d of %d at W = 2:", round + 1, rounds);
+    for (const char* m : kModes) {
+      const double step = run_world(argv[0], 2, m, steps, next_port++, bucket_mb, cpu_allocator).step;
+      steps_at2[m].push_back(step);
+      std::printf(" %s %.3f s", m, step);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  for (const char* m : kModes) at2[m].step = median(steps_at2[m]);
+  std::printf("median step over %d rounds at W = 2: none %.3f s, zero1 %.3f, zero2 %.3f, zero3 %.3f\n", rounds,
+              at2["none"].step, at2["zero1"].step, at2["zero2"].step, at2["zero3"].step);
   const double ring2 = parameters * 4;  // 2 (W - 1)/W at W = 2
   // zero3's peak beside its state: the largest unit (a 1024 x 1024 Linear) whole, with its gradient, while it runs.
   const double largest_unit = 1024.0 * 1024 + 1024;

@@ -1,6 +1,7 @@
 #include "baton/communicator.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include <ATen/Context.h>
@@ -109,8 +110,9 @@ struct Communicator::Impl {
   c10::intrusive_ptr<c10d_compat::Group> group;  // the one backend this process uses
 
   // Waits for a collective; a peer that died or hung becomes an error that says so, within the timeout.
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-    ++collectives;
+  // `counted`: the collective was counted when it was started (one left in flight).
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what, bool counted = false) {
+    if (!counted) ++collectives;
     try {
       work->wait();
     } catch (const std::exception& e) {
@@ -270,15 +272,79 @@ at::Tensor Communicator::all_gather(const at::Tensor& shard) {
   // copy of the whole gathered size saved (a sharded step gathers every parameter each step).
   at::Tensor input = shard.contiguous().reshape({-1}).view(at::kByte);
   const std::int64_t bytes = input.numel();
-  at::Tensor gathered = at::empty({impl_->world_size * bytes}, input.options());
-  std::vector<at::Tensor> inputs{input};
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < impl_->world_size; ++r) outputs[0].push_back(gathered.narrow(0, r * bytes, bytes));
-  impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
+  const int world = impl_->world_size;
+  at::Tensor gathered = at::empty({world * bytes}, input.options());
+  if (impl_->nccl) {
+    std::vector<at::Tensor> inputs{input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world; ++r) outputs[0].push_back(gathered.narrow(0, r * bytes, bytes));
+    impl_->wait(impl_->group->allgather(outputs, inputs), "allgather");
+    return gathered.view(shard.scalar_type());
+  }
+  // Gloo: an all-to-all whose every chunk is this rank's shard. Gloo's own allgather gathers into a flat buffer of
+  // its own and copies it out, over a ring; the all-to-all exchanges the same bytes pairwise and took 0.6-0.7 x its
+  // time for 2-8 MB shards at 2 and 4 ranks (LibTorch 1.13 and 2.15 alike), the copy of the shard into each chunk
+  // included. Its buffers are the size of allgather's own.
+  at::Tensor send = at::empty({world * bytes}, input.options());
+  if (input.is_cpu()) {
+    const auto* source = static_cast<const char*>(input.data_ptr());
+    auto* target = static_cast<char*>(send.data_ptr());
+    for (int r = 0; r < world; ++r) std::memcpy(target + r * bytes, source, static_cast<std::size_t>(bytes));
+  } else {
+    for (int r = 0; r < world; ++r) send.narrow(0, r * bytes, bytes).copy_(input);
+  }
+  std::vector<std::int64_t> equal_splits;
+  impl_->wait(impl_->group->alltoall_base(gathered, send, equal_splits, equal_splits), "allgather");
   return gathered.view(shard.scalar_type());
 }
 
+struct PendingReduceScatter::State {
+  Communicator::Impl* impl = nullptr;
+  c10::intrusive_ptr<c10d::Work> work;  // null when there was nothing to send (`result` is the answer)
+  at::Tensor send;                      // kept alive until the collective is done
+  at::Tensor result;                    // NCCL: this rank's chunk (summed in place); Gloo: every rank's chunk r
+  at::ScalarType dtype = at::kFloat;
+  int world = 1;
+  std::int64_t chunk = 0;
+  bool mean = false;
+  bool sum_parts = false;  // Gloo: `result` holds the W parts, summed here
+};
+
+PendingReduceScatter::PendingReduceScatter() = default;
+PendingReduceScatter::~PendingReduceScatter() = default;
+PendingReduceScatter::PendingReduceScatter(PendingReduceScatter&&) noexcept = default;
+PendingReduceScatter& PendingReduceScatter::operator=(PendingReduceScatter&&) noexcept = default;
+
+at::Tensor PendingReduceScatter::finish() {
+  if (!state_) throw Error("reduce_scatter: finish() on a reduce-scatter that was never started or already finished");
+  const std::unique_ptr<State> state = std::move(state_);
+  c10::NoGradGuard no_grad;
+  if (!state->work) return state->result;
+  state->impl->wait(state->work, "reduce_scatter", /*counted=*/true);
+  const int world = state->world;
+  if (!state->sum_parts) {
+    if (state->mean) state->result.div_(static_cast<double>(world));
+    return state->result;
+  }
+  at::Tensor parts = state->result.view(state->dtype).view({world, state->chunk});
+  // Summed in rank order, one element-wise add per rank: the same rounding on every platform and LibTorch version
+  // (a reduction kernel's order may change between versions). bf16 and half accumulate in fp32 and round once at
+  // the end (the mean too): summing in the narrow type would round after every add, so the result would lose bits
+  // with each rank; fp32 carries 16 more mantissa bits than bf16, so a sum of a few ranks' values rounds only once.
+  const at::ScalarType dtype = state->dtype;
+  const bool narrow = dtype == at::kBFloat16 || dtype == at::kHalf;
+  // The first add writes a new tensor (one pass over two parts rather than a copy and then an add).
+  at::Tensor sum = narrow ? parts[0].to(at::kFloat) : world > 1 ? at::add(parts[0], parts[1]) : parts[0].clone();
+  for (int r = narrow ? 1 : 2; r < world; ++r) sum.add_(parts[r]);
+  if (state->mean) sum.div_(static_cast<double>(world));
+  return narrow ? sum.to(dtype) : sum;
+}
+
 at::Tensor Communicator::reduce_scatter(const at::Tensor& input, bool mean) {
+  return start_reduce_scatter(input, mean).finish();
+}
+
+PendingReduceScatter Communicator::start_reduce_scatter(const at::Tensor& input, bool mean) {
   const int world = impl_->world_size;
   if (input.dim() != 1)
     throw Error("reduce_scatter: the input must be 1-D (world size " + std::to_string(world) +
@@ -295,42 +361,45 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& input, bool mean) {
   if (mean && !c10::isFloatingType(dtype))
     throw Error(std::string("reduce_scatter: the mean of an integer tensor (") + c10::toString(dtype) +
                 ") would be truncated; reduce its sum instead");
-  const std::int64_t chunk = numel / world;
+  PendingReduceScatter pending;
+  pending.state_ = std::make_unique<PendingReduceScatter::State>();
+  PendingReduceScatter::State& state = *pending.state_;
+  state.impl = impl_.get();
+  state.dtype = dtype;
+  state.world = world;
+  state.chunk = numel / world;
+  state.mean = mean;
   c10::NoGradGuard no_grad;  // gradients are reduced as values, outside any autograd graph
-  if (chunk == 0) return at::empty({0}, input.options());
+  if (state.chunk == 0) {
+    state.result = at::empty({0}, input.options());
+    return pending;
+  }
   at::Tensor flat = input.contiguous();
 #ifdef BATON_HAVE_NCCL
   if (impl_->nccl) {
     // NCCL's own ring reduce-scatter, named _reduce_scatter_base in every LibTorch baton builds on (see
     // c10d_compat.h). The mean is the sum divided afterwards, as average() does.
-    at::Tensor out = at::empty({chunk}, input.options());
+    state.send = flat;
+    state.result = at::empty({state.chunk}, input.options());
     c10d::ReduceScatterOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
-    impl_->wait(impl_->group->_reduce_scatter_base(out, flat, options), "reduce_scatter");
-    if (mean) out.div_(static_cast<double>(world));
-    return out;
+    state.work = impl_->group->_reduce_scatter_base(state.result, flat, options);
+    ++impl_->collectives;
+    return pending;
   }
 #endif
   // Gloo has no reduce-scatter of its own worth using (1.13 throws; 2.x all-reduces the whole input, twice the
   // bytes, and sums only), so: an all-to-all sends chunk j to rank j and brings every rank's chunk r here, then a
-  // local sum. Moved as bytes, since the all-to-all only moves data and Gloo does not take every dtype (bf16);
-  // equal splits (empty split lists) cut the byte view at chunk boundaries because its size is world x chunk x
-  // element size.
-  at::Tensor send = flat.view(at::kByte);
-  at::Tensor received = at::empty_like(send);
+  // local sum (in finish). Moved as bytes, since the all-to-all only moves data and Gloo does not take every dtype
+  // (bf16); equal splits (empty split lists) cut the byte view at chunk boundaries because its size is world x
+  // chunk x element size.
+  state.send = flat.view(at::kByte);
+  state.result = at::empty_like(state.send);
+  state.sum_parts = true;
   std::vector<std::int64_t> equal_splits;
-  impl_->wait(impl_->group->alltoall_base(received, send, equal_splits, equal_splits), "reduce_scatter");
-  at::Tensor parts = received.view(dtype).view({world, chunk});
-  // Summed in rank order, one element-wise add per rank: the same rounding on every platform and LibTorch version
-  // (a reduction kernel's order may change between versions). bf16 and half accumulate in fp32 and round once at
-  // the end (the mean too): summing in the narrow type would round after every add, so the result would lose bits
-  // with each rank; fp32 carries 16 more mantissa bits than bf16, so a sum of a few ranks' values rounds only once.
-  const bool narrow = dtype == at::kBFloat16 || dtype == at::kHalf;
-  // The first add writes a new tensor (one pass over two parts rather than a copy and then an add).
-  at::Tensor sum = narrow ? parts[0].to(at::kFloat) : world > 1 ? at::add(parts[0], parts[1]) : parts[0].clone();
-  for (int r = narrow ? 1 : 2; r < world; ++r) sum.add_(parts[r]);
-  if (mean) sum.div_(static_cast<double>(world));
-  return narrow ? sum.to(dtype) : sum;
+  state.work = impl_->group->alltoall_base(state.result, state.send, equal_splits, equal_splits);
+  ++impl_->collectives;
+  return pending;
 }
 
 std::int64_t Communicator::collectives() const { return impl_->collectives; }

@@ -258,6 +258,50 @@ TEST_SUITE("distributed") {
     }
   }
 
+  TEST_CASE("all_gather and reduce-scatters left in flight, over Gloo at 2, 3 and 4 ranks") {
+    for (int world : {2, 3, 4}) {
+      CAPTURE(world);
+      run_ranks(world, [&](std::shared_ptr<Communicator> group) {
+        Communicator& comm = *group;
+        const int r = comm.rank();
+        // all_gather: rank r's shard is [10 r, ..., 10 r + 4] (exact in bfloat16); the result is every rank's in
+        // rank order, for a float, a bfloat16 and an integer shard, one collective each.
+        for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
+          const std::int64_t before = comm.collectives();
+          at::Tensor gathered = comm.all_gather((at::arange(5, at::kLong) + 10 * r).to(dtype));
+          CHECK(comm.collectives() == before + 1);
+          CHECK((gathered.scalar_type() == dtype));
+          std::vector<double> expected;
+          for (int k = 0; k < world; ++k)
+            for (int i = 0; i < 5; ++i) expected.push_back(10.0 * k + i);
+          CHECK(values_of(gathered) == expected);
+        }
+        // Three reduce-scatters started before any is finished (a sharded backward keeps one in flight while it
+        // computes the next bucket): each gives the sum (or mean) by hand; each is counted when started.
+        std::vector<at::Tensor> inputs;
+        for (int k = 0; k < 3; ++k) inputs.push_back(at::arange(4 * world, at::kFloat) * (r + 1) + k);
+        const std::int64_t before = comm.collectives();
+        std::vector<PendingReduceScatter> pending;
+        for (int k = 0; k < 3; ++k) pending.push_back(comm.start_reduce_scatter(inputs[k], /*mean=*/k == 1));
+        CHECK(comm.collectives() == before + 3);
+        std::vector<at::Tensor> results;
+        for (auto& p : pending) results.push_back(p.finish());
+        CHECK(comm.collectives() == before + 3);
+        for (int k = 0; k < 3; ++k) {
+          // Element i of chunk r summed over the ranks: i (1 + ... + W) + k W; the mean divides by W.
+          std::vector<double> expected;
+          for (int i = 4 * r; i < 4 * r + 4; ++i) {
+            const double sum = i * world * (world + 1) / 2.0 + k * world;
+            expected.push_back(k == 1 ? sum / world : sum);
+          }
+          CHECK(values_of(results[static_cast<std::size_t>(k)]) == expected);
+        }
+        CHECK(error_text([&] { pending[0].finish(); }) ==
+              "reduce_scatter: finish() on a reduce-scatter that was never started or already finished");
+      });
+    }
+  }
+
   TEST_CASE("a peer that never arrives is reported within the timeout") {
     DistributedEnv env;
     env.rank = 0;

@@ -248,6 +248,9 @@ void ShardedStep::load_parameters() {
 
 void ShardedStep::reset_backward() {
   armed_ = false;
+  // A backward that stopped midway (an exception, zero_grad before the reduce) leaves reduces started: each rank
+  // started the same ones, so they complete on the backend's threads; their results are not wanted.
+  in_flight_.clear();
   unreduced_ = buckets_.size();
   reduced_.assign(buckets_.size(), 0);
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -294,6 +297,7 @@ void ShardedStep::reduce_gradients() {
     if (units_done && unit_of_bucket_[b] >= 0) continue;
     reduce_now(b);
   }
+  finish_reduces();
   // A dtype whose buckets were all units that did not run this step: zeros.
   if (stage_ != ZeroStage::zero1)
     for (std::size_t k = 0; k < grad_buffers_.size(); ++k) grad_buffer(k);
@@ -305,18 +309,40 @@ void ShardedStep::reduce_now(std::size_t b) {
   reduced_[b] = 1;
   const Bucket& bucket = buckets_[b];
   if (bucket.numel() == 0) return;
-  std::vector<at::Tensor> grads(parameters_.size());
+  // The reduce before this one has run while the backward computed this bucket's gradients: finished first, so no
+  // more than one bucket's buffers are in flight at a time (the peak memory stays one bucket above the formula).
+  finish_reduces();
+  InFlight flight;
+  flight.bucket = b;
+  flight.grads.resize(parameters_.size());
   for (std::size_t i = 0; i < parameters_.size(); ++i)
-    if (Layout::in_bucket(layout_.slots()[i], bucket)) grads[i] = dense_grad(i);
-  at::Tensor mine = reduce_bucket(bucket, grads, /*release=*/stage_ != ZeroStage::zero1);
+    if (Layout::in_bucket(layout_.slots()[i], bucket)) flight.grads[i] = dense_grad(i);
+  at::Tensor packed = pack_bucket(bucket, flight.grads, /*release=*/stage_ != ZeroStage::zero1);
+  if (communicator_)
+    flight.reduce = communicator_->start_reduce_scatter(packed, /*mean=*/true);
+  else
+    flight.local = packed;  // over one rank the mean is the packed buffer itself
+  in_flight_.push_back(std::move(flight));
+}
+
+void ShardedStep::finish_reduces() {
+  while (!in_flight_.empty()) finish_reduce();
+}
+
+void ShardedStep::finish_reduce() {
+  c10::NoGradGuard no_grad;
+  InFlight flight = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const Bucket& bucket = buckets_[flight.bucket];
+  at::Tensor mine = communicator_ ? flight.reduce.finish() : flight.local;
   if (stage_ != ZeroStage::zero1) {
     grad_buffer(dtype_index(bucket.dtype)).narrow(0, bucket.begin, bucket.numel()).copy_(mine);
     return;
   }
   // zero1: the mean goes into this rank's rows of the model's gradient, which are the shard's gradient.
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    if (grads[i].defined() && shard_of_slot_[i] >= 0) {
-      at::Tensor rows = layout_.shard(grads[i], i);
+    if (flight.grads[i].defined() && shard_of_slot_[i] >= 0) {
+      at::Tensor rows = layout_.shard(flight.grads[i], i);
       rows.copy_(layout_.shard_of_part(mine, bucket, i));
       shard_params_[static_cast<std::size_t>(shard_of_slot_[i])].mutable_grad() = rows.detach();
     }
@@ -336,7 +362,7 @@ at::Tensor ShardedStep::dense_grad(std::size_t i) {
   return zeros;
 }
 
-at::Tensor ShardedStep::reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release) {
+at::Tensor ShardedStep::pack_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release) {
   at::Tensor packed = layout_.pack(grads, bucket);
   if (release) {
     // The packed copy holds them now; released before the collective, so the bucket's full gradients and the
@@ -347,6 +373,11 @@ at::Tensor ShardedStep::reduce_bucket(const Bucket& bucket, std::vector<at::Tens
       parameters_[i].mutable_grad() = at::Tensor();
     }
   }
+  return packed;
+}
+
+at::Tensor ShardedStep::reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release) {
+  at::Tensor packed = pack_bucket(bucket, grads, release);
   // Over one rank the mean is the packed buffer itself ([1 x n]: already this rank's part).
   return communicator_ ? communicator_->reduce_scatter(packed, /*mean=*/true) : packed;
 }

@@ -64,6 +64,7 @@
 // So a run configured for zero1/zero2 behaves the same when launched as one process, and the single-process path is
 // tested like the others.
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "baton/communicator.h"
 #include "baton/model_tensors.h"
 #include "sdk/unit_runner.h"
 #include "sharding/layout.h"
@@ -205,6 +207,15 @@ class ShardedStep : public detail::UnitRunner {
   std::vector<char> reduced_;          // per bucket: reduced this step
   std::size_t unreduced_ = 0;          // buckets [0, unreduced_) wait: the ones after are reduced
   bool armed_ = false;
+  // Reduces started in the backward and not yet finished (at most one: it runs while the backward computes the
+  // next bucket's gradients), oldest first.
+  struct InFlight {
+    std::size_t bucket = 0;
+    std::vector<at::Tensor> grads;  // the bucket's full gradients, by slot (zero1 writes its rows into them)
+    PendingReduceScatter reduce;
+    at::Tensor local;  // over one rank, no collective: the packed bucket is the mean
+  };
+  std::deque<InFlight> in_flight_;
   struct Hook;
   std::shared_ptr<ShardedStep*> self_;  // the hooks hold it weakly
   std::vector<std::shared_ptr<void>> accumulators_;  // each parameter's gradient accumulator, kept alive
@@ -231,7 +242,13 @@ class ShardedStep : public detail::UnitRunner {
   /// One bucket of `grads` packed and reduce-scattered (mean): this rank's part. `release`: the bucket's full
   /// gradients (in `grads` and on the model) are dropped before the collective.
   at::Tensor reduce_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release);
-  /// Reduces bucket b (zero1, zero2, zero3's root) into the shard gradients and marks it done for this step.
+  /// One bucket of `grads` packed for its reduce-scatter; `release` as above.
+  at::Tensor pack_bucket(const Bucket& bucket, std::vector<at::Tensor>& grads, bool release);
+  /// Waits for the oldest reduce in flight and puts this rank's part where the step reads it.
+  void finish_reduce();
+  void finish_reduces();
+  /// Starts bucket b's reduce (zero1, zero2, zero3's root) into the shard gradients, after finishing the one before
+  /// it, and marks it done for this step.
   void reduce_now(std::size_t b);
   /// A parameter's gradient was accumulated by the backward (the hook): reduces the buckets now complete, in order.
   void gradient_ready(std::size_t slot);

@@ -45,6 +45,25 @@ struct BATON_API CommunicatorOptions {
   std::chrono::milliseconds timeout{60000};  // rendezvous and every collective
 };
 
+/// A reduce-scatter started by Communicator::start_reduce_scatter and not yet waited for: the collective runs on the
+/// backend's threads while the caller goes on (a sharded step's backward computes the next bucket's gradients).
+/// finish() waits for it and returns what Communicator::reduce_scatter returns; every rank finishes its reduces in
+/// the order it started them. Dropped unfinished, the collective still completes (its tensors stay with it).
+class BATON_API PendingReduceScatter {
+ public:
+  PendingReduceScatter();
+  ~PendingReduceScatter();
+  PendingReduceScatter(PendingReduceScatter&&) noexcept;
+  PendingReduceScatter& operator=(PendingReduceScatter&&) noexcept;
+  /// Waits (once) and returns this rank's chunk; throws Error as reduce_scatter does when a peer fails.
+  at::Tensor finish();
+
+ private:
+  friend class Communicator;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 class BATON_API Communicator {
  public:
   static constexpr std::size_t kDefaultBucketBytes = std::size_t{25} << 20;
@@ -79,10 +98,13 @@ class BATON_API Communicator {
   /// rank has the same size, so all skip alike). Throws Error when `input` is not 1-D or its size is not a
   /// multiple of the world size.
   at::Tensor reduce_scatter(const at::Tensor& input, bool mean = false);
-  /// Collectives issued so far by this rank (for tests and benchmarks).
+  /// The same reduce-scatter, started and not waited for (PendingReduceScatter::finish). Input errors throw here.
+  PendingReduceScatter start_reduce_scatter(const at::Tensor& input, bool mean = false);
+  /// Collectives issued so far by this rank (for tests and benchmarks); one left in flight counts when started.
   std::int64_t collectives() const;
 
  private:
+  friend class PendingReduceScatter;  // finishes its collective through Impl
   struct Impl;
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
