@@ -282,7 +282,7 @@ at::Tensor Communicator::all_gather(const at::Tensor& shard) {
     return gathered.view(shard.scalar_type());
   }
   // Gloo: an all-to-all whose every chunk is this rank's shard. Gloo's own allgather gathers into a flat buffer of
-  // its own and copies it out, over a ring; the all-to-all exchanges the same bytes pairwise and took 0.6-0.7 x its
+  // its own and copies it out, over a ring; the all-to-all exchanges the same bytes pairwise and took 0.7-0.9 x its
   // time for 2-8 MB shards at 2 and 4 ranks (LibTorch 1.13 and 2.15 alike), the copy of the shard into each chunk
   // included. Its buffers are the size of allgather's own.
   at::Tensor send = at::empty({world * bytes}, input.options());
