@@ -52,6 +52,12 @@ if [[ ! -f $venv/.ready ]]; then
   "$venv/bin/pip" install -q --no-index --find-links "$wheels" "torch==$torch_version" numpy
   touch "$venv/.ready"
 fi
+# safetensors: torch.distributed.checkpoint's safetensors storage reads through it (tests/dcp_interop_test.py); added
+# to environments made before that test.
+if ! "$venv/bin/python" -c 'import safetensors' 2>/dev/null; then
+  compgen -G "$wheels/safetensors-*.whl" >/dev/null || "$venv/bin/pip" download -q --dest "$wheels" safetensors
+  "$venv/bin/pip" install -q --no-index --find-links "$wheels" safetensors
+fi
 echo "test-wheel: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') in $venv ($((SECONDS - started)) s)"
 
 # As PyTorch's users find its LibTorch.

@@ -290,12 +290,12 @@ TEST_SUITE("cli") {
 
     // A checkpoint of a newer format stops --resume auto and survives an explicitly chosen older one.
     std::string newer_meta = read_bytes(checkpoints / "ep2" / "meta.json");
-    newer_meta.replace(newer_meta.find("\"version\": 1"), 12, "\"version\": 2");
+    newer_meta.replace(newer_meta.find("\"version\": 1"), 12, "\"version\": 3");
     baton::test::write_bytes(checkpoints / "ep2" / "meta.json", newer_meta);
     auto newer = run_baton(dir, {"train", "run.toml", "--resume", "auto"});
     CHECK(newer.status == 1);
-    CHECK(contains(newer.err, "error: checkpoint runs/quick/checkpoints/ep2: meta.json: unsupported version: got 2, "
-                              "supported 1: it was written by a newer baton"));
+    CHECK(contains(newer.err, "error: checkpoint runs/quick/checkpoints/ep2: meta.json: unsupported version: got 3, "
+                              "supported 1 to 2: it was written by a newer baton"));
     auto chosen = run_baton(dir, {"train", "run.toml", "--resume", "runs/quick/checkpoints/ep1"});
     CHECK(chosen.status == 1);
     CHECK(contains(chosen.err, "cannot save checkpoint runs/quick/checkpoints/ep2: the folder holds a checkpoint "

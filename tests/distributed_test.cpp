@@ -8,15 +8,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <ATen/ops/zeros.h>
+#include <nlohmann/json.hpp>
 
 #include "baton/safetensors.h"
 #include "baton_command.h"
@@ -145,6 +150,66 @@ double max_relative_difference(const fs::path& run_a, const fs::path& run_b,
     worst = std::max(worst, a.tensors[i].second.sub(b.tensors[i].second).abs().max().item<double>() / scale);
   }
   return worst;
+}
+
+// Every tensor of a folder of safetensors files, each a block of a global tensor at the offsets its file's
+// DCP_SHARDING_INFO metadata gives (PyTorch's distributed checkpoint form), put together: read here with the
+// public reader and the JSON parser alone, apart from baton's own reader.
+std::map<std::string, at::Tensor> assemble(const fs::path& folder) {
+  std::vector<std::pair<std::vector<std::int64_t>, std::pair<std::string, at::Tensor>>> blocks;
+  std::map<std::string, std::vector<std::int64_t>> extent;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    const auto file = baton::read_safetensors(entry.path().string());
+    const auto offsets = nlohmann::json::parse(file.metadata.at("DCP_SHARDING_INFO"));
+    for (const auto& [name, tensor] : file.tensors) {
+      const auto at = offsets.at(name).at("saved_offsets").get<std::vector<std::int64_t>>();
+      auto& size = extent[name];
+      size.resize(at.size(), 0);
+      for (std::size_t d = 0; d < at.size(); ++d) size[d] = std::max(size[d], at[d] + tensor.size(d));
+      blocks.push_back({at, {name, tensor}});
+    }
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [at, named] : blocks) {
+    auto& whole = out[named.first];
+    if (!whole.defined()) whole = at::zeros(extent[named.first], named.second.options());
+    at::Tensor target = whole;
+    for (std::size_t d = 0; d < at.size(); ++d) target = target.narrow(d, at[d], named.second.size(d));
+    target.copy_(named.second);
+  }
+  return out;
+}
+
+// The largest relative difference between the tensors of two such folders (the same names required).
+double max_state_difference(const fs::path& a, const fs::path& b) {
+  const auto x = assemble(a), y = assemble(b);
+  REQUIRE(x.size() == y.size());
+  REQUIRE(!x.empty());
+  double worst = 0;
+  for (const auto& [name, tensor] : y) {
+    REQUIRE(x.count(name) == 1);
+    REQUIRE((x.at(name).sizes() == tensor.sizes()));
+    const at::Tensor other = x.at(name).to(at::kDouble), mine = tensor.to(at::kDouble);
+    const double scale = mine.abs().max().item<double>();
+    const double difference = other.sub(mine).abs().max().item<double>();
+    worst = std::max(worst, scale > 0 ? difference / scale : difference);
+  }
+  return worst;
+}
+
+// What fixture_sample_log recorded in a run folder, every rank's files together: per batch, its samples' fingerprints
+// in sorted order.
+std::map<std::int64_t, std::vector<std::string>> samples_by_batch(const fs::path& run) {
+  std::map<std::int64_t, std::vector<std::string>> out;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (entry.path().filename().string().rfind("samples-rank", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    std::int64_t batch = 0;
+    std::string sum, first;
+    while (in >> batch >> sum >> first) out[batch].push_back(sum + " " + first);
+  }
+  for (auto& [batch, samples] : out) std::sort(samples.begin(), samples.end());
+  return out;
 }
 
 // Starts `baton <args>` in `dir` in the background with stdout and stderr in `log` and the environment `env`
@@ -842,14 +907,76 @@ TEST_SUITE("distributed_cli") {
     const fs::path runs = dir / "runs";
     CHECK(max_relative_difference(runs / "resumed", runs / "straight") == 0);
     CHECK(max_relative_difference(runs / "resumed", runs / "straight", "ema.safetensors") == 0);
-    // Each rank wrote its own files into the checkpoint.
+    // Each rank wrote its own files into the checkpoint's model/ and optimizer/ folders.
     for (const std::string kind : {"model", "optimizer"})
-      for (const std::string rank : {"00000", "00001"})
-        CHECK(fs::exists(runs / "resumed" / "checkpoints" / "ep1" / (kind + "-shard-" + rank + "-of-00002.safetensors")));
-    // One process cannot continue 2 ranks' optimizer shards until resharding is built: refused, saying what can.
-    Result alone = run_baton(dir, {"train", "resumed.toml", "--resume", "runs/resumed/checkpoints/ep1"});
-    INFO(alone.out);
-    CHECK(alone.status != 0);
-    CHECK(alone.out.find("was written by a run sharded (zero2) over 2 rank(s)") != std::string::npos);
+      for (const std::string rank : {"00001", "00002"})
+        CHECK(fs::exists(runs / "resumed" / "checkpoints" / "ep1" / kind /
+                         ("shard-" + rank + "-model-00001-of-00001.safetensors")));
+  }
+
+  TEST_CASE("issue 39: zero2 saved at 2 ranks mid-epoch resumes at 3 and at 1 with the global batch fixed: weights, "
+            "Adam state and EMA as the uninterrupted run's, the same samples, each rank reading about its shard") {
+    auto dir = baton::test::scratch_dir("dist-reshard");
+    const fs::path runs = dir / "runs";
+    // 20 batches of 96 an epoch: batch 50 is the middle of epoch 3.
+    const auto config = [&](const std::string& name, int batch_size) {
+      std::ofstream(dir / (name + ".toml"))
+          << "[run]\nname = \"" << name << "\"\ndir = \"runs\"\nseed = 7\n"
+          << "[data]\nname = \"synthetic\"\ntrain_size = 1920\neval_size = 200\nbatch_size = " << batch_size
+          << "\neval_batch_size = 100\n"
+          << "[model]\nname = \"mlp\"\nwidths = [64]\n"
+          << "[optimizer]\nname = \"adam\"\nlr = 0.0005\n"
+          << "[trainer]\nprecision = \"fp32\"\nmax_duration = \"100ba\"\neval_interval = \"0ep\"\nthreads = 1\n"
+          << "progress = false\n"
+          << "[checkpoint]\nsave_interval = \"50ba\"\nkeep_last = 0\n"
+          << "[distributed]\ntimeout_seconds = 30\nsharding = \"zero2\"\n"
+          << "[[plugins]]\nname = \"ema\"\nhalf_life = \"8ba\"\n"
+          << "[[plugins]]\npath = \"" << BATON_TEST_PLUGIN_DIR << "/fixture_sample_log.so\"\n";
+    };
+    config("straight", 48);
+    config("three", 32);
+    config("one", 96);
+    Result straight = run_baton(dir, {"launch", "--nproc", "2", "train", "straight.toml"});
+    INFO(straight.out);
+    REQUIRE(straight.status == 0);
+    const std::string ba50 = "runs/straight/checkpoints/ba50";
+    Result three = run_baton(dir, {"launch", "--nproc", "3", "train", "three.toml", "--resume", ba50});
+    INFO(three.out);
+    REQUIRE(three.status == 0);
+    CHECK(three.out.find("[rank 0] resumed from " + ba50 + " at ep 2 ba 50") != std::string::npos);
+    Result one = run_baton(dir, {"train", "one.toml", "--resume", ba50});
+    INFO(one.out);
+    REQUIRE(one.status == 0);
+
+    for (const std::string run : {"three", "one"}) {
+      const double weights = max_relative_difference(runs / run, runs / "straight");
+      const double ema = max_relative_difference(runs / run, runs / "straight", "ema.safetensors");
+      const double adam = max_state_difference(runs / run / "checkpoints" / "ba100" / "optimizer",
+                                               runs / "straight" / "checkpoints" / "ba100" / "optimizer");
+      MESSAGE("resumed at " << run << " rank(s): weights " << weights << ", EMA " << ema << ", Adam state " << adam
+                            << " (max relative difference to the uninterrupted 2-rank run)");
+      CHECK(weights <= 1e-5);
+      CHECK(ema <= 1e-5);
+      CHECK(adam <= 1e-5);
+      // Every batch from 50 on held the samples the uninterrupted run's did.
+      const auto seen = samples_by_batch(runs / run);
+      auto expected = samples_by_batch(runs / "straight");
+      expected.erase(expected.begin(), expected.lower_bound(50));
+      CHECK(seen.size() == 50);
+      CHECK(seen == expected);
+    }
+    // Each of the 3 ranks read from the 2 ranks' files little more than the rows of its own shard.
+    const std::size_t line = three.out.find("[rank 0] shard files of " + ba50 + " read in parts: ");
+    REQUIRE(line != std::string::npos);
+    const std::string report = three.out.substr(line, three.out.find('\n', line) - line);
+    MESSAGE(report);
+    int reports = 0;
+    for (std::size_t at = report.find(" ("); at != std::string::npos; at = report.find(" (", at + 1)) {
+      const double ratio = std::atof(report.c_str() + at + 2);
+      ++reports;
+      CHECK(ratio >= 1.0);
+      CHECK(ratio <= 1.2);
+    }
+    CHECK(reports == 3);
   }
 }

@@ -32,11 +32,7 @@ constexpr const char* kTmpPrefix = ".tmp-";
 constexpr const char* kOldPrefix = ".old-";
 constexpr const char* kDeletePrefix = ".del-";
 
-struct FileMeta {
-  std::string name;
-  std::uint64_t bytes = 0;
-  std::uint32_t crc32 = 0;
-};
+using FileMeta = SharedFile;
 
 struct SectionMeta {
   std::string name;
@@ -95,9 +91,15 @@ std::string meta_text(const std::string& name, const CheckpointData& data, const
     sections.push_back(Json{{"name", section}, {"scalars", Json::parse(sd.scalars_json())}, {"tensors", sd.tensor_keys()}});
   }
   Json file_entries = Json::object();
-  for (const auto& f : files) file_entries[f.name] = Json{{"bytes", f.bytes}, {"crc32", f.crc32}};
+  bool in_folders = false;
+  for (const auto& f : files) {
+    file_entries[f.name] = Json{{"bytes", f.bytes}, {"crc32", f.crc32}};
+    if (f.header_crc32) file_entries[f.name]["header_crc32"] = *f.header_crc32;
+    in_folders = in_folders || f.name.find('/') != std::string::npos;
+  }
+  // Only a checkpoint with shard folders needs version 2: any other stays readable by a baton that reads 1.
   Json meta{{"format", kFormat},
-            {"version", kCheckpointFormatVersion},
+            {"version", in_folders ? kCheckpointFormatVersion : 1},
             {"name", name},
             {"timestamp", timestamp_json(data.timestamp)},
             {"config", data.config_text},
@@ -130,8 +132,9 @@ Json read_meta_json(const std::string& checkpoint) {
     corrupt(checkpoint, "meta.json: unsupported format: got " + format.dump() + ", supported \"" + kFormat + "\"");
   }
   const Json& version = meta.contains("version") ? meta["version"] : Json();
-  if (version != kCheckpointFormatVersion) {
-    const std::string problem = "meta.json: unsupported version: got " + version.dump() + ", supported " +
+  if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
+      version.get<std::int64_t>() > kCheckpointFormatVersion) {
+    const std::string problem = "meta.json: unsupported version: got " + version.dump() + ", supported 1 to " +
                                 std::to_string(kCheckpointFormatVersion);
     if (version.is_number_integer() && version.get<std::int64_t>() > kCheckpointFormatVersion)
       throw NewerFormatError("checkpoint " + checkpoint + ": " + problem);
@@ -154,7 +157,9 @@ Meta parse_meta(const std::string& checkpoint) {
       out.sections.push_back(std::move(section));
     }
     for (const auto& [file, entry] : meta.at("files").items()) {
-      out.files.push_back({file, entry.at("bytes").get<std::uint64_t>(), entry.at("crc32").get<std::uint32_t>()});
+      FileMeta record{file, entry.at("bytes").get<std::uint64_t>(), entry.at("crc32").get<std::uint32_t>(), {}};
+      if (entry.contains("header_crc32")) record.header_crc32 = entry.at("header_crc32").get<std::uint32_t>();
+      out.files.push_back(std::move(record));
     }
   } catch (const Json::exception& e) {
     corrupt(checkpoint, std::string("meta.json is malformed: ") + e.what());
@@ -267,10 +272,10 @@ void write_checkpoint_files(const fs::path& folder, const std::string& name, con
   }
   std::vector<FileMeta> files;
   auto digest = write_safetensors((folder / kStateFile).string(), state);
-  files.push_back({kStateFile, digest.bytes, digest.crc32});
+  files.push_back({kStateFile, digest.bytes, digest.crc32, {}});
   for (const auto& [file, sd] : data.files) {
     digest = write_safetensors((folder / file).string(), prefixed_tensors("", sd), state_dict_metadata(sd));
-    files.push_back({file, digest.bytes, digest.crc32});
+    files.push_back({file, digest.bytes, digest.crc32, {}});
   }
   for (const SharedFile& file : shared) {
     // Written by the ranks before this call: each must be there, whole, before meta.json commits it.
@@ -280,7 +285,7 @@ void write_checkpoint_files(const fs::path& folder, const std::string& name, con
     if (bytes != file.bytes)
       throw Error("shard file " + (folder / file.name).string() + " is " + std::to_string(bytes) +
                   " bytes, its rank wrote " + std::to_string(file.bytes));
-    files.push_back({file.name, file.bytes, file.crc32});
+    files.push_back(file);
   }
   const std::string meta = meta_text(name, data, files);
   DurableFileWriter writer((folder / kMetaFile).string());
@@ -392,21 +397,34 @@ std::string CheckpointStore::save(const std::string& name, const CheckpointData&
 }
 
 SharedFile CheckpointStore::write_shared(const std::string& name, const std::string& file,
-                                         const StateDict& content) const {
-  CheckpointData probe;  // the names are checked as save() checks them
-  probe.files.emplace_back(file, StateDict());
+                                         const std::function<SharedFile(const std::string& path)>& write) const {
+  // The names are checked as save() checks them, a folder of the file's own allowed.
+  const std::size_t slash = file.find('/');
+  const std::string folder_name = slash == std::string::npos ? "" : file.substr(0, slash);
+  CheckpointData probe;
+  probe.files.emplace_back(slash == std::string::npos ? file : file.substr(slash + 1), StateDict());
   check_save_names(name, probe);
-  const fs::path folder = shared_folder(dir_, name);
+  if (slash != std::string::npos && (folder_name.empty() || folder_name.front() == '.'))
+    throw Error("checkpoint '" + name + "': invalid shard file name '" + file + "'");
+  const fs::path folder = fs::path(shared_folder(dir_, name)) / folder_name;
   try {
     std::error_code error;
     fs::create_directories(folder, error);
     if (error) throw Error("cannot create " + folder.string() + ": " + error.message());
-    const auto digest =
-        write_safetensors((folder / file).string(), prefixed_tensors("", content), state_dict_metadata(content));
-    return {file, digest.bytes, digest.crc32};
+    SharedFile written = write((fs::path(shared_folder(dir_, name)) / file).string());
+    written.name = file;
+    return written;
   } catch (const std::exception& e) {
     throw Error("cannot save checkpoint " + (fs::path(dir_) / name).string() + ": " + e.what());
   }
+}
+
+SharedFile CheckpointStore::write_shared(const std::string& name, const std::string& file,
+                                         const StateDict& content) const {
+  return write_shared(name, file, [&](const std::string& path) {
+    const auto digest = write_safetensors(path, prefixed_tensors("", content), state_dict_metadata(content));
+    return SharedFile{file, digest.bytes, digest.crc32, std::nullopt};
+  });
 }
 
 void CheckpointStore::prune(const std::string& keep) const {
@@ -452,8 +470,9 @@ std::vector<CheckpointInfo> CheckpointStore::list(std::vector<SkippedCheckpoint>
   return out;
 }
 
-std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::string>& warnings,
-                                                            const FileFilter& read) const {
+std::optional<CheckpointInfo> CheckpointStore::newest_valid(
+    std::vector<std::string>& warnings, const FileFilter& read,
+    const std::function<void(const std::string& path)>& check) const {
   std::vector<SkippedCheckpoint> skipped;
   const auto checkpoints = list(&skipped);
   for (const auto& folder : skipped)
@@ -466,7 +485,10 @@ std::optional<CheckpointInfo> CheckpointStore::newest_valid(std::vector<std::str
                             "one)");
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
     try {
-      verify_checkpoint(it->path, read);
+      if (check)
+        check(it->path);
+      else
+        verify_checkpoint(it->path, read);
       return *it;
     } catch (const CheckpointError& e) {
       warnings.push_back(std::string("skipping corrupt checkpoint: ") + e.what());
@@ -482,6 +504,7 @@ CheckpointData load_checkpoint(const std::string& path, const FileFilter& read) 
   CheckpointData data;
   data.timestamp = meta.timestamp;
   data.config_text = meta.config;
+  data.listed = meta.files;
 
   auto state = with_checkpoint_context(path, kStateFile, [&] { return read_safetensors((fs::path(path) / kStateFile).string()); });
   std::map<std::string, at::Tensor> by_name(state.tensors.begin(), state.tensors.end());
@@ -498,7 +521,8 @@ CheckpointData load_checkpoint(const std::string& path, const FileFilter& read) 
     data.sections.emplace_back(section.name, std::move(sd));
   }
   for (const auto& file : meta.files) {
-    if (file.name == kStateFile || !reads(read, file.name)) continue;
+    // A shard folder's files are read in parts, by their readers (row_shards.h); here only verified.
+    if (file.name == kStateFile || !reads(read, file.name) || file.name.find('/') != std::string::npos) continue;
     auto contents = with_checkpoint_context(path, file.name, [&] { return read_safetensors((fs::path(path) / file.name).string()); });
     StateDict sd;
     for (auto& [key, tensor] : contents.tensors) sd.set_tensor(key, tensor);

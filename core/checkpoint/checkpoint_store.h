@@ -25,7 +25,18 @@
 
 namespace baton {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+/// The newest meta.json version this baton reads and writes. Version 2 adds shard files in folders of their own
+/// (model/, optimizer/; row_shards.h); a checkpoint without them is written as version 1, which older batons read.
+inline constexpr int kCheckpointFormatVersion = 2;
+
+/// A file a rank wrote into a save in progress (CheckpointStore::write_shared), as meta.json records it.
+struct SharedFile {
+  std::string name;  // relative to the checkpoint folder: "model/shard-00001-model-00001-of-00001.safetensors"
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+  /// A file read in parts (row_shards.h): the crc32 of its header, which checksums the parts.
+  std::optional<std::uint32_t> header_crc32;
+};
 
 struct CheckpointData {
   Timestamp timestamp;
@@ -34,6 +45,9 @@ struct CheckpointData {
   std::vector<std::pair<std::string, StateDict>> sections;
   /// Extra safetensors files: {"ema.safetensors", tensors + scalars as metadata}.
   std::vector<std::pair<std::string, StateDict>> files;
+  /// Read from a checkpoint: every file meta.json lists, with its recorded size and checksums (those left unread,
+  /// such as shard files read in parts, included).
+  std::vector<SharedFile> listed;
 
   /// The section with this name, or null.
   const StateDict* section(const std::string& name) const;
@@ -51,13 +65,6 @@ struct SkippedCheckpoint {
   std::string path;
   std::string reason;         // the CheckpointError's message, which names the folder
   bool newer_format = false;  // written by a newer baton: never overwritten, and --resume auto stops at it
-};
-
-/// A file a rank wrote into a save in progress (CheckpointStore::write_shared), as meta.json records it.
-struct SharedFile {
-  std::string name;
-  std::uint64_t bytes = 0;
-  std::uint32_t crc32 = 0;
 };
 
 /// Which files of a checkpoint a reader reads (checksummed and loaded); the others are only checked to exist at
@@ -78,8 +85,12 @@ class CheckpointStore {
   /// returned), listed in meta.json with the others.
   std::string save(const std::string& name, const CheckpointData& data, const std::vector<SharedFile>& shared = {});
 
-  /// Any rank of a sharded run: writes `content` (its tensors, its scalars as metadata) as `file` into the folder
-  /// in which the save of checkpoint `name` is built, fsynced. Throws baton::Error naming the file and the reason.
+  /// Any rank of a sharded run: has `write` write `file` (a plain name, or one folder and a name: "model/x.safetensors")
+  /// at the path it is given, inside the folder in which the save of checkpoint `name` is built; `write` fsyncs it
+  /// and returns its digest. Throws baton::Error naming the checkpoint, the file and the reason.
+  SharedFile write_shared(const std::string& name, const std::string& file,
+                          const std::function<SharedFile(const std::string& path)>& write) const;
+  /// write_shared of a plain safetensors file of `content` (its tensors, its scalars as metadata).
   SharedFile write_shared(const std::string& name, const std::string& file, const StateDict& content) const;
 
   /// Committed checkpoints (those with a readable meta.json), oldest first by timestamp.batch. Every other folder
@@ -90,7 +101,10 @@ class CheckpointStore {
   /// verification, or one list() skips) adds a warning naming it and the reason. Nothing when there is none.
   /// Throws CheckpointError when a folder holds a checkpoint of a newer format: resuming from an older one would
   /// continue a run that has already gone further, so only an explicit choice of checkpoint goes past it.
-  std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings, const FileFilter& read = {}) const;
+  /// `check`, when given, replaces verify_checkpoint: a checkpoint it throws CheckpointError for is skipped alike (the
+  /// ranks of a sharded run read their parts of each candidate, and agree, inside it).
+  std::optional<CheckpointInfo> newest_valid(std::vector<std::string>& warnings, const FileFilter& read = {},
+                                             const std::function<void(const std::string& path)>& check = {}) const;
 
  private:
   /// Removes the oldest checkpoints beyond keep_last, never `keep` (the one just saved).
@@ -105,7 +119,8 @@ class CheckpointStore {
 void verify_checkpoint(const std::string& path, const FileFilter& read = {});
 
 /// Verifies and loads a checkpoint folder (the files `read` selects; the others are checked for size and left out
-/// of CheckpointData::files). Throws CheckpointError naming the file and the problem.
+/// of CheckpointData::files). The files of shard folders ("model/...") are verified when selected but never loaded:
+/// they are read in parts (row_shards.h). Throws CheckpointError naming the file and the problem.
 CheckpointData load_checkpoint(const std::string& path, const FileFilter& read = {});
 
 /// Reads only meta.json's timestamp and name (cheap; no verification of the data files).

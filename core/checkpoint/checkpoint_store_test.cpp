@@ -252,9 +252,12 @@ TEST_SUITE("checkpoint") {
     const std::string good_meta = read_bytes(meta_path);
 
     auto meta = nlohmann::json::parse(good_meta);
-    meta["version"] = 2;
+    meta["version"] = 3;
     write_bytes(meta_path, meta.dump());
-    CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": meta.json: unsupported version: got 2, supported 1");
+    CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": meta.json: unsupported version: got 3, supported 1 to 2");
+    meta["version"] = 0;
+    write_bytes(meta_path, meta.dump());
+    CHECK(checkpoint_error_of(path) == "checkpoint " + path + ": meta.json: unsupported version: got 0, supported 1 to 2");
     meta["version"] = 1;
     meta["format"] = "other";
     write_bytes(meta_path, meta.dump());
@@ -417,7 +420,7 @@ TEST_SUITE("checkpoint") {
     store.save("ba10", simple_data(10, 1));
     const std::string newer = store.save("ba20", simple_data(20, 2));
     auto meta = nlohmann::json::parse(read_bytes(fs::path(newer) / "meta.json"));
-    meta["version"] = 2;
+    meta["version"] = 3;
     const std::string newer_meta = meta.dump();
     write_bytes(fs::path(newer) / "meta.json", newer_meta);
 
@@ -426,8 +429,8 @@ TEST_SUITE("checkpoint") {
     REQUIRE(skipped.size() == 1);
     CHECK(skipped[0].newer_format);
     std::vector<std::string> warnings;
-    const std::string refused = "checkpoint " + newer + ": meta.json: unsupported version: got 2, supported 1: it "
-                                "was written by a newer baton";
+    const std::string refused = "checkpoint " + newer + ": meta.json: unsupported version: got 3, supported 1 to 2: "
+                                "it was written by a newer baton";
     CHECK_THROWS_WITH_AS(store.newest_valid(warnings), doctest::Contains(refused.c_str()), baton::CheckpointError);
 
     // Saving under its name fails naming it; pruning (keep_last = 1) never counts it.
@@ -500,7 +503,7 @@ TEST_SUITE("checkpoint") {
       const baton::SharedFile written = store.write_shared("ba20", "part-0.safetensors", rows);
       // A rank's file that never arrived (its rank died): the commit fails naming it, and nothing is committed.
       const std::string error = baton::test::error_text([&] {
-        store.save("ba20", simple_data(20, 2), {written, {"part-1.safetensors", 100, 7}});
+        store.save("ba20", simple_data(20, 2), {written, {"part-1.safetensors", 100, 7, {}}});
       });
       CHECK(contains(error, "cannot save checkpoint " + (dir / "ba20").string()));
       CHECK(contains(error, "part-1.safetensors is missing"));

@@ -25,6 +25,15 @@ std::string format_number(double value, int significant) { return print_number("
 
 std::string format_decimals(double value, int decimals) { return print_number("%.*f", decimals, value); }
 
+std::string format_bytes(std::int64_t bytes) {
+  constexpr double kKiB = 1024.0;
+  const double value = static_cast<double>(bytes);
+  if (bytes < 1024 && bytes > -1024) return std::to_string(bytes) + " B";
+  if (value < kKiB * kKiB) return format_decimals(value / kKiB, 1) + " KiB";
+  if (value < kKiB * kKiB * kKiB) return format_decimals(value / (kKiB * kKiB), 1) + " MiB";
+  return format_decimals(value / (kKiB * kKiB * kKiB), 1) + " GiB";
+}
+
 std::string format_exact(double value) {
   // The fewest %g digits that read back as the same double: what format_number writes with just enough digits.
   for (int significant = 1; significant < 17; ++significant) {

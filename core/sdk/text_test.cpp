@@ -29,6 +29,16 @@ TEST_SUITE("text") {
     CHECK(format_number(-std::numeric_limits<double>::infinity()) == "-inf");
   }
 
+  TEST_CASE("format_bytes: bytes below 1 KiB, then KiB, MiB and GiB with one decimal") {
+    CHECK(baton::format_bytes(0) == "0 B");
+    CHECK(baton::format_bytes(812) == "812 B");
+    CHECK(baton::format_bytes(1023) == "1023 B");
+    CHECK(baton::format_bytes(1024) == "1.0 KiB");
+    CHECK(baton::format_bytes(70144) == "68.5 KiB");  // 68.5 x 1024
+    CHECK(baton::format_bytes(3 << 20) == "3.0 MiB");
+    CHECK(baton::format_bytes((std::int64_t{5} << 30) + (std::int64_t{1} << 29)) == "5.5 GiB");
+  }
+
   TEST_CASE("format_decimals writes a fixed number of digits after the point") {
     using baton::format_decimals;
     CHECK(format_decimals(2.302585, 4) == "2.3026");

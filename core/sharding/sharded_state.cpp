@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/ScalarType.h>
@@ -40,9 +41,128 @@ std::int64_t first_row(const StateDict& file, const std::string& key) {
   return file.has(rows) ? file.get_int(rows) : -1;
 }
 
+// Whether optimizer state `value` of parameter `slot` is per element (momentum, Adam's moments): the shard's shape and
+// dtype. Anything else (Adam's step count) is kept whole.
+bool per_element(const at::Tensor& value, const Slot& slot) {
+  return value.scalar_type() == slot.dtype && value.sizes().vec() == slot.shard_shape();
+}
+
 std::string describe(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())) + format_shape(t.sizes()); }
 
 }  // namespace
+
+std::string shard_folder_file(const std::string& kind, int rank) { return kind + "/" + row_shard_file_name(rank); }
+
+bool in_shard_folder(const std::string& kind, const std::string& file) {
+  return file.rfind(kind + "/", 0) == 0 && file.size() > kind.size() + 1;
+}
+
+std::vector<RowShardSource> folder_sources(const CheckpointData& data, const std::string& path, const std::string& kind) {
+  std::vector<RowShardSource> out;
+  for (const SharedFile& file : data.listed)
+    if (in_shard_folder(kind, file.name))
+      out.push_back({path + "/" + file.name, file.bytes, file.header_crc32, file.name});
+  return out;
+}
+
+std::vector<RowBlock> model_blocks(const ShardedStep& step) {
+  std::vector<RowBlock> out;
+  for (const Slot& slot : step.layout().slots()) {
+    if (slot.shard_numel() == 0) continue;
+    at::Tensor rows = step.shard_of(slot.name);
+    // A 0-d parameter is written as it is (rank 0 holds it), as Python's state dict has it.
+    out.push_back({slot.name, slot.shape.empty() ? rows.reshape({}) : rows, slot.held.begin});
+  }
+  return out;
+}
+
+OptimizerBlocks optimizer_blocks(const ShardedStep& step, const torch::optim::Optimizer& optimizer) {
+  const Layout& layout = step.layout();
+  const StateDict state = export_optimizer_state(optimizer, step.named_shard_parameters());
+  OptimizerBlocks out;
+  for (const std::string& key : state.tensor_keys()) {
+    const Slot& slot = layout.slots()[layout.index_of(key.substr(0, key.rfind('/')))];
+    const at::Tensor value = state.tensor(key);
+    if (per_element(value, slot))
+      out.blocks.push_back({key, slot.shape.empty() ? value.reshape({}) : value, slot.held.begin});
+    else
+      out.blocks.push_back({key, value, 0});  // a count, whole
+  }
+  out.scalars.set_scalars_json(state.scalars_json());  // the options (lr, groups, ...)
+  return out;
+}
+
+namespace {
+
+// A checkpoint's model tensor against the parameter it is: the same dtype and global shape.
+void check_global(const RowShardReader::Info& info, const Slot& slot, const std::string& key, const std::string& what) {
+  if (info.dtype != slot.dtype || info.shape != slot.shape)
+    throw CheckpointError(what + ": tensor '" + key + "' is " + c10::toString(info.dtype) + format_shape(info.shape) +
+                          " in the checkpoint, but parameter '" + slot.name + "' is " + c10::toString(slot.dtype) +
+                          format_shape(slot.shape));
+}
+
+// Rows [held] of tensor `key` (of `slot`'s shape), as this rank's shard of it: shard_shape(), [1] for a 0-d one.
+at::Tensor read_held_rows(const RowShardReader& reader, const Slot& slot, const std::string& key) {
+  at::Tensor rows = at::empty(slot.shard_shape(), at::TensorOptions().dtype(slot.dtype));
+  reader.read_rows(key, slot.held.begin, slot.shape.empty() ? rows.reshape({}) : rows);
+  return rows;
+}
+
+}  // namespace
+
+std::vector<RowBlock> read_model_rows(const ShardedStep& step, const RowShardReader& reader, const std::string& what) {
+  std::vector<RowBlock> out;
+  const Layout& layout = step.layout();
+  for (const auto& [key, info] : reader.tensors()) {
+    try {
+      layout.index_of(key);
+    } catch (const Error&) {
+      throw CheckpointError(what + ": tensor '" + key + "' is no parameter this run shards");
+    }
+  }
+  for (const Slot& slot : layout.slots()) {
+    if (!reader.has(slot.name)) throw CheckpointError(what + ": model tensor '" + slot.name + "' is missing");
+    check_global(reader.tensors().at(slot.name), slot, slot.name, what);
+    if (slot.shard_numel() == 0) continue;
+    out.push_back({slot.name, read_held_rows(reader, slot, slot.name), slot.held.begin});
+  }
+  return out;
+}
+
+void write_model_rows(const ShardedStep& step, const std::vector<RowBlock>& rows) {
+  c10::NoGradGuard no_grad;
+  const Layout& layout = step.layout();
+  for (const RowBlock& block : rows) {
+    const std::size_t index = layout.index_of(block.name);
+    layout.shard(step.model_parameters()[index], index).copy_(block.rows);
+  }
+}
+
+StateDict read_optimizer_rows(const ShardedStep& step, const RowShardReader& reader, const std::string& what) {
+  const Layout& layout = step.layout();
+  StateDict out = reader.scalars();
+  for (const auto& [key, info] : reader.tensors()) {
+    const std::size_t slash = key.rfind('/');
+    if (slash == std::string::npos)
+      throw CheckpointError(what + ": optimizer state tensor '" + key + "' names no parameter");
+    std::size_t index = 0;
+    try {
+      index = layout.index_of(key.substr(0, slash));
+    } catch (const Error&) {
+      throw CheckpointError(what + ": optimizer state tensor '" + key + "' belongs to no parameter this run shards");
+    }
+    const Slot& slot = layout.slots()[index];
+    if (slot.shard_numel() == 0) continue;  // none of its rows are this rank's
+    if (info.dtype == slot.dtype && info.shape == slot.shape) {
+      out.set_tensor(key, read_held_rows(reader, slot, key));
+      out.set_int(kRowsPrefix + key, slot.held.begin);
+    } else {
+      out.set_tensor(key, reader.read(key));  // a count (Adam's step): load_optimizer_shard checks it
+    }
+  }
+  return out;
+}
 
 std::string shard_file_name(const std::string& kind, int rank, int world_size) {
   return kind + "-shard-" + five_digits(rank) + "-of-" + five_digits(world_size) + ".safetensors";
@@ -74,9 +194,7 @@ StateDict optimizer_shard(const ShardedStep& step, const torch::optim::Optimizer
   for (const std::string& key : out.tensor_keys()) {
     const std::size_t slash = key.rfind('/');
     const Slot& slot = layout.slots()[layout.index_of(key.substr(0, slash))];
-    const at::Tensor value = out.tensor(key);
-    if (value.scalar_type() == slot.dtype && value.sizes().vec() == slot.shard_shape())
-      out.set_int(kRowsPrefix + key, slot.held.begin);
+    if (per_element(out.tensor(key), slot)) out.set_int(kRowsPrefix + key, slot.held.begin);
   }
   return out;
 }

@@ -56,7 +56,7 @@ class PendingCheckpoint final : public CheckpointInProgress {
 Checkpointer::Checkpointer(const RunContext& run, torch::nn::Module& module,
                            const std::vector<NamedOptimizer>& optimizers, const PluginList& plugins,
                            std::vector<double> base_lrs, LossScaler* scaler,
-                           const sharding::ShardedStep* sharded, CheckpointSelection* selection)
+                           sharding::ShardedStep* sharded, CheckpointSelection* selection)
     : state_(run.state),
       engine_(run.engine),
       logger_(run.logger),
@@ -199,31 +199,42 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   }
 }
 
-// Each rank writes its two shard files; then one all-gather tells every rank what every rank wrote (or that it
-// failed), which is also the barrier after which rank 0 may commit: meta.json lists every rank's files with their
-// sizes and checksums, so the checkpoint exists only once all of them are durable. A last collective tells the
-// other ranks whether rank 0's commit succeeded, so all ranks fail together and none trains on believing a save
-// that is not there. A rank that dies mid-save fails the collectives of the others.
+// Each rank writes its two shard files (model/ and optimizer/, row_shards.h); then one all-gather tells every rank
+// what every rank wrote (or that it failed), which is also the barrier after which rank 0 may commit: meta.json lists
+// every rank's files with their sizes and checksums, so the checkpoint exists only once all of them are durable. A
+// last collective tells the other ranks whether rank 0's commit succeeded, so all ranks fail together and none
+// trains on believing a save that is not there. A rank that dies mid-save fails the collectives of the others.
 std::string Checkpointer::write_sharded(const std::string& name, const CheckpointData& data) {
   const int rank = options_.rank, world = options_.world_size;
   const std::string target = (fs::path(store_->dir()) / name).string();
   const std::vector<std::string> kinds = {"model", "optimizer"};
+  const auto row_shard = [](const std::vector<RowBlock>& blocks, const StateDict& scalars) {
+    return [&blocks, &scalars](const std::string& file) {
+      const RowShardDigest digest = write_row_shard_file(file, blocks, scalars);
+      return SharedFile{file, digest.file.bytes, digest.file.crc32, digest.header_crc32};
+    };
+  };
   std::vector<SharedFile> mine;
   std::exception_ptr failed;
   try {
-    mine.push_back(store_->write_shared(name, sharding::shard_file_name("model", rank, world),
-                                        sharding::model_shard(*sharded_)));
-    mine.push_back(store_->write_shared(name, sharding::shard_file_name("optimizer", rank, world),
-                                        sharding::optimizer_shard(*sharded_, *optimizers_.front().optimizer)));
+    const std::vector<RowBlock> model = sharding::model_blocks(*sharded_);
+    const StateDict no_scalars;
+    mine.push_back(store_->write_shared(name, sharding::shard_folder_file("model", rank), row_shard(model, no_scalars)));
+    const sharding::OptimizerBlocks optimizer =
+        sharding::optimizer_blocks(*sharded_, *optimizers_.front().optimizer);
+    mine.push_back(store_->write_shared(name, sharding::shard_folder_file("optimizer", rank),
+                                        row_shard(optimizer.blocks, optimizer.scalars)));
   } catch (...) {
     failed = std::current_exception();
   }
-  // Per file: written (1 / 0), bytes, crc32.
+  // Per file: written (1 / 0), bytes, crc32, the header's crc32.
+  constexpr std::size_t kFields = 4;
   std::vector<std::int64_t> record;
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     const bool ok = !failed && k < mine.size();
     record.insert(record.end(), {ok ? 1 : 0, ok ? static_cast<std::int64_t>(mine[k].bytes) : 0,
-                                 ok ? static_cast<std::int64_t>(mine[k].crc32) : 0});
+                                 ok ? static_cast<std::int64_t>(mine[k].crc32) : 0,
+                                 ok ? static_cast<std::int64_t>(mine[k].header_crc32.value_or(0)) : 0});
   }
   Communicator* comm = options_.communicator.get();
   at::Tensor all = at::tensor(record, at::kLong);
@@ -235,12 +246,12 @@ std::string Checkpointer::write_sharded(const std::string& name, const Checkpoin
   std::vector<SharedFile> shared;
   for (int q = 0; q < world; ++q) {
     for (std::size_t k = 0; k < kinds.size(); ++k) {
-      const std::int64_t* f = fields + (static_cast<std::size_t>(q) * kinds.size() + k) * 3;
+      const std::int64_t* f = fields + (static_cast<std::size_t>(q) * kinds.size() + k) * kFields;
       if (f[0] != 1)
         throw Error("cannot save checkpoint " + target + ": rank " + std::to_string(q) +
                     " could not write its shard files (that rank's error says why)");
-      shared.push_back({sharding::shard_file_name(kinds[k], q, world), static_cast<std::uint64_t>(f[1]),
-                        static_cast<std::uint32_t>(f[2])});
+      shared.push_back({sharding::shard_folder_file(kinds[k], q), static_cast<std::uint64_t>(f[1]),
+                        static_cast<std::uint32_t>(f[2]), static_cast<std::uint32_t>(f[3])});
     }
   }
   std::string path = target;
@@ -261,20 +272,84 @@ std::string Checkpointer::write_sharded(const std::string& name, const Checkpoin
 
 FileFilter Checkpointer::files_to_read() const {
   const std::string own = sharding::shard_file_name("optimizer", options_.rank, options_.world_size);
-  return [own](const std::string& file) { return !sharding::is_shard_file("optimizer", file) || file == own; };
+  return [own](const std::string& file) {
+    if (file.find('/') != std::string::npos) return false;  // a shard folder's: read in parts (read())
+    return !sharding::is_shard_file("optimizer", file) || file == own;
+  };
 }
 
-void Checkpointer::restore_model(const CheckpointData& data, const std::string& path) {
+namespace {
+
+std::uint64_t bytes_of(const at::Tensor& t) { return static_cast<std::uint64_t>(t.numel()) * t.element_size(); }
+
+}  // namespace
+
+Checkpointer::Loaded Checkpointer::read(const std::string& path, bool with_training_state) const {
+  Loaded loaded;
+  loaded.path = path;
+  loaded.data = load_checkpoint(path, files_to_read());
+  const std::vector<RowShardSource> model_files = sharding::folder_sources(loaded.data, path, "model");
+  if (model_files.empty()) return loaded;
+  loaded.in_folders = true;
+  const std::string what = "checkpoint " + path;
+  // A sharded run reads the rows of its shard; any other needs the tensors whole.
+  const RowShardReader model(model_files, what);
+  if (sharded_) {
+    loaded.model_rows = sharding::read_model_rows(*sharded_, model, what);
+    for (const RowBlock& block : loaded.model_rows) loaded.bytes_needed += bytes_of(block.rows);
+  } else {
+    for (const auto& [name, info] : model.tensors()) {
+      loaded.model_whole.emplace_back(name, model.read(name));
+      loaded.bytes_needed += bytes_of(loaded.model_whole.back().second);
+    }
+  }
+  loaded.bytes_read += model.bytes_read();
+  const std::vector<RowShardSource> optimizer_files = sharding::folder_sources(loaded.data, path, "optimizer");
+  if (with_training_state && !optimizer_files.empty()) {
+    const RowShardReader optimizer(optimizer_files, what);
+    loaded.optimizer = sharded_ ? sharding::read_optimizer_rows(*sharded_, optimizer, what) : optimizer.read_all();
+    for (const std::string& key : loaded.optimizer->tensor_keys()) loaded.bytes_needed += bytes_of(loaded.optimizer->tensor(key));
+    loaded.bytes_read += optimizer.bytes_read();
+  }
+  return loaded;
+}
+
+void Checkpointer::restore_model(const Loaded& loaded) {
+  const CheckpointData& data = loaded.data;
+  const std::string& path = loaded.path;
   const StateDict* saved = data.section("model");
   if (!saved) throw CheckpointError("checkpoint " + path + " has no model section");
   c10::NoGradGuard no_grad;
   auto expected = named_model_tensors(module_);
-  // A sharded run's checkpoint holds its sharded parameters as row blocks in the ranks' model shard files.
+  // The sharded parameters: this rank's rows (sharded run) or whole tensors from the model/ folder, or, in a
+  // checkpoint written before the folders, row blocks in the ranks' model shard files.
+  const auto copy_checked = [&](const std::string& name, const at::Tensor& value, const at::Tensor& target) {
+    if (value.sizes() != target.sizes() || value.scalar_type() != target.scalar_type())
+      throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is " +
+                            c10::toString(value.scalar_type()) + format_shape(value.sizes()) +
+                            " in the checkpoint but " + c10::toString(target.scalar_type()) +
+                            format_shape(target.sizes()) + " in the model");
+    target.copy_(value);
+  };
+  std::set<std::string> from_folder;
+  if (sharded_ && loaded.in_folders) {
+    sharding::write_model_rows(*sharded_, loaded.model_rows);
+    for (const auto& slot : sharded_->layout().slots()) from_folder.insert(slot.name);
+  }
+  for (const auto& [name, value] : loaded.model_whole) {
+    from_folder.insert(name);
+    const at::Tensor* target = nullptr;
+    for (const auto& item : expected)
+      if (item.first == name) target = &item.second;
+    if (!target) throw CheckpointError("checkpoint " + path + ": tensor '" + name + "' does not belong to this model");
+    copy_checked(name, value, *target);
+  }
   sharding::RowsSeen rows;
   for (const auto& [file, content] : data.files)
     if (sharding::is_shard_file("model", file))
       sharding::copy_rows(content, expected, rows, "checkpoint " + path + ": " + file);
   for (auto& [name, tensor] : expected) {
+    if (from_folder.count(name)) continue;
     if (auto found = rows.find(name); found != rows.end()) {
       const std::int64_t all = tensor.dim() == 0 ? 1 : tensor.size(0);
       if (found->second != all)
@@ -285,24 +360,23 @@ void Checkpointer::restore_model(const CheckpointData& data, const std::string& 
     }
     if (!saved->has_tensor(name))
       throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is missing");
-    at::Tensor value = saved->tensor(name);
-    if (value.sizes() != tensor.sizes() || value.scalar_type() != tensor.scalar_type()) {
-      throw CheckpointError("checkpoint " + path + ": model tensor '" + name + "' is " +
-                            c10::toString(value.scalar_type()) + format_shape(value.sizes()) + " in the checkpoint but " +
-                            c10::toString(tensor.scalar_type()) + format_shape(tensor.sizes()) + " in the model");
-    }
-    tensor.copy_(value);
+    copy_checked(name, saved->tensor(name), tensor);
   }
-  if (saved->tensor_keys().size() != expected.size()) {
-    for (const auto& key : saved->tensor_keys()) {
-      bool known = rows.count(key) > 0;
-      for (const auto& item : expected) known = known || item.first == key;
-      if (!known) throw CheckpointError("checkpoint " + path + ": tensor '" + key + "' does not belong to this model");
-    }
+  for (const auto& key : saved->tensor_keys()) {
+    bool known = rows.count(key) > 0 || from_folder.count(key) > 0;
+    for (const auto& item : expected) known = known || item.first == key;
+    if (!known) throw CheckpointError("checkpoint " + path + ": tensor '" + key + "' does not belong to this model");
+  }
+  // Each rank holds its own rows only: the step's all-gather makes the model whole on every rank.
+  if (sharded_ && loaded.in_folders) {
+    sharded_->load_parameters();
+    sharded_->gather_parameters();
   }
 }
 
-void Checkpointer::restore_training_state(const CheckpointData& data, const std::string& path) {
+void Checkpointer::restore_training_state(const Loaded& loaded) {
+  const CheckpointData& data = loaded.data;
+  const std::string& path = loaded.path;
   std::int64_t saved_world = options_.world_size, saved_batch = options_.batch_size;
   std::string saved_duration;
   const StateDict* trainer_saved = data.section("trainer");
@@ -310,29 +384,34 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
       trainer_saved && trainer_saved->has("sharding") ? trainer_saved->get_string("sharding") : "";
   const std::int64_t written_by =
       trainer_saved && trainer_saved->has("world_size") ? trainer_saved->get_int("world_size") : 1;
-  if (!saved_sharding.empty() && (!sharded_ || written_by != options_.world_size))
+  // A checkpoint written before the shard folders: its optimizer shards are whole files of their ranks' rows.
+  if (!saved_sharding.empty() && !loaded.in_folders && (!sharded_ || written_by != options_.world_size))
     throw CheckpointError("checkpoint " + path + " was written by a run sharded (" + saved_sharding + ") over " +
-                          std::to_string(written_by) + " rank(s), whose optimizer state is split into one file per " +
-                          "rank; it resumes only sharded (zero1, zero2 or zero3) over " + std::to_string(written_by) +
-                          " rank(s) until resharding is built (this run: sharding \"" +
+                          std::to_string(written_by) + " rank(s) by an earlier baton, whose optimizer state is one " +
+                          "file per rank; it resumes only sharded (zero1, zero2 or zero3) over " +
+                          std::to_string(written_by) + " rank(s) (this run: sharding \"" +
                           sharding_name(options_.sharding) + "\" over " + std::to_string(options_.world_size) +
                           "). Its weights load anywhere (baton eval, init from it)");
+  const std::string what = "checkpoint " + path;
   if (sharded_) {
-    const std::string own = sharding::shard_file_name("optimizer", options_.rank, options_.world_size);
     const StateDict* saved = nullptr;
-    std::string what = "checkpoint " + path;
-    if (!saved_sharding.empty()) {
+    std::string where = what;
+    if (loaded.optimizer) {
+      saved = &*loaded.optimizer;
+    } else if (!saved_sharding.empty()) {
+      const std::string own = sharding::shard_file_name("optimizer", options_.rank, options_.world_size);
       for (const auto& [file, content] : data.files)
         if (file == own) saved = &content;
       if (!saved) throw CheckpointError("checkpoint " + path + " has no " + own);
-      what += ": " + own;
+      where += ": " + own;
     } else {
       saved = data.section(optimizer_section(0));  // an unsharded run's: this rank takes its rows
     }
-    if (saved) sharding::load_optimizer_shard(*sharded_, *optimizers_.front().optimizer, *saved, what);
+    if (saved) sharding::load_optimizer_shard(*sharded_, *optimizers_.front().optimizer, *saved, where);
   }
   for (std::size_t i = 0; i < optimizers_.size() && !sharded_; ++i) {
-    const StateDict* saved = saved_optimizer(data, i);
+    // A sharded run's optimizer state (it has one optimizer), whole; else the optimizer's section.
+    const StateDict* saved = loaded.optimizer && i == 0 ? &*loaded.optimizer : saved_optimizer(data, i);
     if (saved == nullptr) {
       // A model's optimizer missing from its checkpoint would resume from a fresh state: not bitwise.
       if (optimizers_.size() > 1)
@@ -365,11 +444,12 @@ void Checkpointer::restore_training_state(const CheckpointData& data, const std:
   }
   if (selection_) selection_->load(data, path);
   // The data and the model are what a resumed run is meant to continue: other settings there (another
-  // train_subset mid-epoch, other widths) are allowed, but never silently.
-  const auto changed = changed_settings(data.config_text, options_.config_text, {"data", "model"});
-  if (!changed.empty()) {
-    std::string list;
-    for (const auto& item : changed) list += (list.empty() ? "" : ", ") + item;
+  // train_subset mid-epoch, other widths) are allowed, but never silently. The batch size is not among them: the
+  // samples stay the same at another per-rank batch, and continue_at_new_scale says what changes.
+  std::string list;
+  for (const auto& item : changed_settings(data.config_text, options_.config_text, {"data", "model"}))
+    if (item.rfind("data.batch_size ", 0) != 0) list += (list.empty() ? "" : ", ") + item;
+  if (!list.empty()) {
     logger_.warn("checkpoint " + path + " was written with other data or model settings than this run's: " + list +
                  (data.timestamp.batch_in_epoch > 0 ? "; it resumes mid-epoch, on other data than it started on"
                                                     : ""));
@@ -397,14 +477,39 @@ void Checkpointer::restore_plugins(const CheckpointData& data, const std::string
   }
 }
 
-void Checkpointer::load(const std::string& path, bool with_training_state) {
+void Checkpointer::apply(const Loaded& loaded, bool with_training_state) {
   engine_.fire(Event::before_load);
-  CheckpointData data = load_checkpoint(path, files_to_read());
-  restore_model(data, path);
-  if (with_training_state) restore_training_state(data, path);
-  restore_plugins(data, path);
-  state_.last_checkpoint = path;
+  restore_model(loaded);
+  if (with_training_state) restore_training_state(loaded);
+  restore_plugins(loaded.data, loaded.path);
+  state_.last_checkpoint = loaded.path;
   engine_.fire(Event::after_load);
+  if (loaded.in_folders) report_reads(loaded);
+}
+
+// What each rank read of the shard folders against what it took from them, said by rank 0 for all (one small
+// all-gather): the measure of a resume that reads only its rows.
+void Checkpointer::report_reads(const Loaded& loaded) {
+  at::Tensor counts = at::tensor(std::vector<std::int64_t>{static_cast<std::int64_t>(loaded.bytes_read),
+                                                           static_cast<std::int64_t>(loaded.bytes_needed)},
+                                 at::kLong);
+  if (Communicator* comm = options_.communicator.get()) {
+    const auto parameters = module_.parameters();
+    counts = comm->all_gather(parameters.empty() ? counts : counts.to(parameters.front().device())).cpu();
+  }
+  if (options_.rank != 0 || options_.quiet) return;
+  std::string text;
+  const std::int64_t* c = counts.data_ptr<std::int64_t>();
+  for (std::int64_t q = 0; q < counts.numel() / 2; ++q) {
+    const double ratio = c[2 * q + 1] > 0 ? static_cast<double>(c[2 * q]) / static_cast<double>(c[2 * q + 1]) : 0.0;
+    text += (q ? "; rank " : "rank ") + std::to_string(q) + " read " + format_bytes(c[2 * q]) + " for its " +
+            format_bytes(c[2 * q + 1]) + " (" + format_decimals(ratio, 3) + " x)";
+  }
+  logger_.info("shard files of " + loaded.path + " read in parts: " + text);
+}
+
+void Checkpointer::load(const std::string& path, bool with_training_state) {
+  apply(read(path, with_training_state), with_training_state);
 }
 
 Timestamp Checkpointer::roll_back(const std::string& path) {
@@ -471,14 +576,32 @@ void Checkpointer::continue_to_new_duration(const std::string& path, const std::
 std::string Checkpointer::resume() {
   if (options_.resume.empty()) return "";
   std::string path = options_.resume;
+  std::optional<Loaded> loaded;
   if (path == "auto") {
     if (!store_) throw Error("--resume auto needs a run folder");
+    Communicator* comm = options_.communicator.get();
+    // Each rank reads its part of each candidate, newest first, and the ranks agree on it: one that any rank cannot
+    // read (a damaged shard file only it reads from) is skipped by all, so every rank resumes the same checkpoint.
+    const auto check = [&](const std::string& candidate) {
+      std::string problem;
+      try {
+        loaded = read(candidate, /*with_training_state=*/true);
+      } catch (const CheckpointError& e) {
+        problem = e.what();
+        loaded.reset();
+      }
+      if (comm && comm->any(!problem.empty()) && problem.empty()) {
+        problem = "checkpoint " + candidate + ": another rank could not read its part of it (its warning says why)";
+        loaded.reset();
+      }
+      if (!problem.empty()) throw CheckpointError(problem);
+    };
     // The folders skipped on the way are reported also when a newer-format checkpoint stops the search.
     std::vector<std::string> warnings;
     std::optional<CheckpointInfo> newest;
     std::exception_ptr refused;
     try {
-      newest = store_->newest_valid(warnings, files_to_read());
+      newest = store_->newest_valid(warnings, files_to_read(), check);
     } catch (const CheckpointError&) {
       refused = std::current_exception();
     }
@@ -489,8 +612,10 @@ std::string Checkpointer::resume() {
       return "";
     }
     path = newest->path;
+  } else {
+    loaded = read(path, /*with_training_state=*/true);
   }
-  load(path, /*with_training_state=*/true);
+  apply(*loaded, /*with_training_state=*/true);
   logger_.info("resumed from " + path + " at " + format_timestamp(state_.progress.now));
   return path;
 }

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/row_shards.h"
 #include "trainer/run_context.h"
 
 namespace baton {
@@ -31,12 +33,13 @@ class Checkpointer {
  public:
   /// `base_lrs`: each parameter group's lr before any schedule, to say how a new run length moves the lr.
   /// `scaler`: amp_fp16's loss scaler, whose state is saved and restored with the trainer's; null otherwise.
-  /// `sharded`: a sharded run's step (zero1 / zero2), whose optimizer is the run's: each rank then writes its rows
-  /// of the parameters and its optimizer state into shard files of its own (sharding/sharded_state.h).
+  /// `sharded`: a sharded run's step (zero1 / zero2 / zero3), whose optimizer is the run's: each rank then writes its
+  /// rows of the parameters and its optimizer state into shard files of its own (sharding/sharded_state.h), and
+  /// reads back the rows of its shard at any world size, the model made whole again by the step's all-gather.
   /// `selection`: the run's best checkpoints, ranked as each is saved, kept in its state and restored with it.
   Checkpointer(const RunContext& run, torch::nn::Module& module, const std::vector<NamedOptimizer>& optimizers,
                const PluginList& plugins, std::vector<double> base_lrs, LossScaler* scaler = nullptr,
-               const sharding::ShardedStep* sharded = nullptr, CheckpointSelection* selection = nullptr);
+               sharding::ShardedStep* sharded = nullptr, CheckpointSelection* selection = nullptr);
   ~Checkpointer();
 
   /// Whether this run writes checkpoints at all (it has a run folder).
@@ -60,6 +63,18 @@ class Checkpointer {
   std::string resume();
 
  private:
+  /// A checkpoint read for this rank, not yet applied: its files, and what this rank takes of its shard folders.
+  struct Loaded {
+    std::string path;
+    CheckpointData data;
+    bool in_folders = false;             // the checkpoint keeps its sharded tensors in model/ and optimizer/
+    std::vector<RowBlock> model_rows;    // a sharded run: this rank's rows of each sharded parameter
+    NamedTensors model_whole;            // any other run: those tensors whole
+    std::optional<StateDict> optimizer;  // sharded: this rank's rows (load_optimizer_shard's form); else whole
+    std::uint64_t bytes_read = 0;        // of the shard folders' files
+    std::uint64_t bytes_needed = 0;      // what this rank takes of them
+  };
+
   std::string name_at(TimeUnit unit) const;
   /// The checkpoint section of optimizer i.
   std::string optimizer_section(std::size_t i) const;
@@ -70,10 +85,16 @@ class Checkpointer {
   CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;
   /// A sharded save: every rank writes its shard files, the ranks exchange what they wrote, rank 0 commits.
   std::string write_sharded(const std::string& name, const CheckpointData& data);
-  /// The files of a checkpoint this rank reads: all but the other ranks' optimizer shards.
+  /// The files of a checkpoint this rank reads whole: all but the shard folders' (read in parts) and, in a checkpoint
+  /// written before them, the other ranks' optimizer shards.
   FileFilter files_to_read() const;
-  void restore_model(const CheckpointData& data, const std::string& path);
-  void restore_training_state(const CheckpointData& data, const std::string& path);
+  /// Verifies and reads `path`: everything this rank needs of it, nothing applied yet. Throws CheckpointError.
+  Loaded read(const std::string& path, bool with_training_state) const;
+  /// Restores what read() gave, between before_load and after_load.
+  void apply(const Loaded& loaded, bool with_training_state);
+  void report_reads(const Loaded& loaded);
+  void restore_model(const Loaded& loaded);
+  void restore_training_state(const Loaded& loaded);
   void restore_plugins(const CheckpointData& data, const std::string& path);
   void continue_at_new_scale(const std::string& path, std::int64_t saved_world, std::int64_t saved_batch);
   void continue_to_new_duration(const std::string& path, const std::string& saved_text);
@@ -87,7 +108,7 @@ class Checkpointer {
   const PluginList& plugins_;
   std::vector<double> base_lrs_;
   LossScaler* scaler_;
-  const sharding::ShardedStep* sharded_;
+  sharding::ShardedStep* sharded_;
   CheckpointSelection* selection_;
   std::unique_ptr<CheckpointStore> store_;
   std::int64_t last_save_batch_ = -1;

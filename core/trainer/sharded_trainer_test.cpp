@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "baton/builtin_datasets.h"
 #include "baton/models.h"
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/row_shards.h"
 #include "error_text.h"
 #include "small_trainer.h"
 
@@ -221,18 +224,23 @@ TEST_SUITE("trainer") {
     run_saving(dir, "resumed", Sharding::zero2, 2, false);
     CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed", Sharding::zero2, 4, true), straight));
 
-    // The checkpoint: the sharded parameters and the optimizer state in the rank's files, not in state.safetensors.
+    // The checkpoint: the sharded parameters and the optimizer state in the rank's files of model/ and optimizer/,
+    // not in state.safetensors.
     const std::string ep2 = (dir / "resumed" / "checkpoints" / "ep2").string();
     const baton::CheckpointData data = baton::load_checkpoint(ep2);
-    std::vector<std::string> files;
-    for (const auto& [file, content] : data.files) files.push_back(file);
-    CHECK(files == std::vector<std::string>{"model-shard-00000-of-00001.safetensors",
-                                            "optimizer-shard-00000-of-00001.safetensors"});
+    std::vector<std::string> listed;
+    for (const auto& file : data.listed) listed.push_back(file.name);
+    const std::string model_file = "model/shard-00001-model-00001-of-00001.safetensors";
+    const std::string optimizer_file = "optimizer/shard-00001-model-00001-of-00001.safetensors";
+    CHECK(listed == std::vector<std::string>{"state.safetensors", model_file, optimizer_file});
+    CHECK(data.files.empty());
     CHECK(data.section("optimizer") == nullptr);
     const baton::Model model = convnet();
     for (const auto& item : model.ptr()->named_parameters()) CHECK_FALSE(data.section("model")->has_tensor(item.key()));
-    CHECK(data.files[0].second.has_tensor("features.0.weight"));
-    CHECK(data.files[1].second.has_tensor("features.0.weight/exp_avg"));
+    const baton::RowShardReader model_rows({{ep2 + "/" + model_file, {}, {}, {}}}, "test");
+    const baton::RowShardReader optimizer_rows({{ep2 + "/" + optimizer_file, {}, {}, {}}}, "test");
+    CHECK(model_rows.has("features.0.weight"));
+    CHECK(optimizer_rows.has("features.0.weight/exp_avg"));
 
     // An unsharded run evaluates it (the weights assembled from the shard files) as the sharded run itself does.
     const auto evaluate = [&](Sharding sharding, const std::string& checkpoint) {
@@ -245,15 +253,16 @@ TEST_SUITE("trainer") {
     CHECK(loss == evaluate(Sharding::zero2, ep2));
     CHECK(loss != evaluate(Sharding::none, ""));  // the checkpoint's weights, not the initial ones
 
-    // Resuming it unsharded would need every rank's optimizer file: refused, naming what resumes it.
+    // An unsharded run resumes it, the optimizer state put together from the shard files: it ends where the
+    // sharded run does (to the rounding by which sharded and unsharded steps differ).
     baton::TrainerOptions unsharded = options_for(Sharding::none);
     unsharded.optimizer_factory = adam;
-    unsharded.run_dir = (dir / "resumed").string();
+    unsharded.run_dir = (dir / "unsharded").string();
     unsharded.resume = ep2;
+    unsharded.max_duration = Time(4, TimeUnit::epoch);
     baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), unsharded);
-    const std::string refused = baton::test::error_text([&] { trainer.fit(); });
-    CHECK(baton::test::contains(refused, "checkpoint " + ep2 + " was written by a run sharded (zero2) over 1 rank(s)"));
-    CHECK(baton::test::contains(refused, "it resumes only sharded (zero1, zero2 or zero3) over 1 rank(s)"));
+    trainer.fit();
+    CHECK(max_relative_difference(baton::test::copy_state(trainer.model()), straight) <= 1e-6);
 
     // zero3: the same shard files; a resumed run ends bitwise where the straight one does, and the model is whole
     // after fit (its parameters gathered back), so the weights compared are the model's own.
@@ -263,6 +272,101 @@ TEST_SUITE("trainer") {
     CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed3", Sharding::zero3, 4, true), straight3));
     // A zero2 checkpoint resumes under zero3 (the same layout over the same ranks).
     CHECK(baton::test::bitwise_equal(run_saving(dir, "resumed", Sharding::zero3, 4, true), straight));
+  }
+
+  TEST_CASE("issue 39: damaged shard files are errors naming the file; --resume auto falls back to the checkpoint before") {
+    namespace fs = std::filesystem;
+    const auto dir = baton::test::scratch_dir("sharded-damaged");
+    run_saving(dir, "pristine", Sharding::zero2, 2, false);
+    const std::string model_file = "model/shard-00001-model-00001-of-00001.safetensors";
+    const std::string optimizer_file = "optimizer/shard-00001-model-00001-of-00001.safetensors";
+    const auto flip = [](const fs::path& file, std::uint64_t at, char mask) {
+      std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(at));
+      const char c = static_cast<char>(f.get());
+      f.seekp(static_cast<std::streamoff>(at));
+      f.put(static_cast<char>(c ^ mask));
+    };
+    // The first offset in the header: "saved_offsets\":[0 becomes [1, still a well-formed header.
+    const auto first_offset = [](const fs::path& file) {
+      const std::string bytes = baton::test::read_bytes(file);
+      return static_cast<std::uint64_t>(bytes.find('[', bytes.find("saved_offsets")) + 1);
+    };
+    struct Damage {
+      std::string name;
+      std::function<void(const fs::path& ep2)> apply;
+      std::string message;  // what the error says after the file's name
+    };
+    const std::vector<Damage> damages = {
+        {"a flipped byte in the optimizer state",
+         [&](const fs::path& ep2) { flip(ep2 / optimizer_file, fs::file_size(ep2 / optimizer_file) - 5, 0x10); },
+         "do not match their crc32 (file corrupted)"},
+        {"an offset changed in a model file's header",
+         [&](const fs::path& ep2) { flip(ep2 / model_file, first_offset(ep2 / model_file), 0x01); },
+         "the header's crc32 does not match meta.json's (file corrupted)"},
+        {"a truncated model file",
+         [&](const fs::path& ep2) { fs::resize_file(ep2 / model_file, fs::file_size(ep2 / model_file) - 100); },
+         "meta.json says"},
+        {"a rank's file missing", [&](const fs::path& ep2) { fs::remove(ep2 / model_file); }, "missing"},
+        {"meta.json naming a file that is not there",
+         [&](const fs::path& ep2) {
+           std::string meta = baton::test::read_bytes(ep2 / "meta.json");
+           const std::string entry = "\"" + model_file + "\": {";
+           const std::size_t at = meta.find(entry);
+           REQUIRE(at != std::string::npos);
+           meta.insert(at, "\"model/shard-00002-model-00001-of-00001.safetensors\": {\"bytes\": 64, \"crc32\": 1},\n");
+           baton::test::write_bytes(ep2 / "meta.json", meta);
+         },
+         "model/shard-00002-model-00001-of-00001.safetensors: missing"},
+    };
+    for (const Damage& damage : damages) {
+      CAPTURE(damage.name);
+      const fs::path run = dir / ("damaged-" + std::to_string(&damage - damages.data()));
+      fs::remove_all(run);
+      fs::copy(dir / "pristine", run, fs::copy_options::recursive);
+      const fs::path ep2 = run / "checkpoints" / "ep2";
+      damage.apply(ep2);
+      // Named explicitly: an error naming the checkpoint and the file.
+      baton::TrainerOptions o = options_for(Sharding::zero2);
+      o.optimizer_factory = adam;
+      o.run_dir = run.string();
+      o.save_interval = Time(1, TimeUnit::epoch);
+      o.max_duration = Time(3, TimeUnit::epoch);
+      o.resume = ep2.string();
+      const std::string error = baton::test::error_text<baton::CheckpointError>([&] {
+        baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
+        trainer.fit();
+      });
+      MESSAGE(damage.name << ": " << error);
+      CHECK(baton::test::contains(error, "checkpoint " + ep2.string()));
+      CHECK(baton::test::contains(error, "shard-0000"));
+      CHECK(baton::test::contains(error, damage.message));
+      // --resume auto: skipped with that warning, and the run continues from ep1.
+      o.resume = "auto";
+      baton::Trainer trainer(convnet(), nullptr, train_data(), eval_data(), o);
+      const baton::FitResult result = trainer.fit();
+      CHECK(result.end.epoch == 3);
+      bool warned = false;
+      for (const auto& w : trainer.warnings())
+        warned = warned || (baton::test::contains(w, "skipping corrupt checkpoint: checkpoint " + ep2.string()) &&
+                            baton::test::contains(w, damage.message));
+      CHECK(warned);
+    }
+    // A model of other shapes: refused naming the tensor and both shapes.
+    baton::TrainerOptions o = options_for(Sharding::zero2);
+    o.optimizer_factory = adam;
+    o.resume = (dir / "pristine" / "checkpoints" / "ep2").string();
+    o.max_duration = Time(3, TimeUnit::epoch);
+    at::manual_seed(5);
+    baton::ModelSpec wider;
+    wider.name = "convnet";
+    wider.widths = {4, 16};
+    const std::string error = baton::test::error_text<baton::CheckpointError>([&] {
+      baton::Trainer trainer(baton::make_model(wider), nullptr, train_data(), eval_data(), o);
+      trainer.fit();
+    });
+    MESSAGE(error);
+    CHECK(baton::test::contains(error, "in the checkpoint, but parameter"));
   }
 
   TEST_CASE("issue 38: a sharded run resumes an unsharded run's checkpoint, taking its rows of the optimizer state") {

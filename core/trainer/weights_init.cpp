@@ -12,6 +12,7 @@
 #include "baton/safetensors.h"
 #include "baton/text.h"
 #include "checkpoint/checkpoint_store.h"
+#include "checkpoint/row_shards.h"
 #include "sdk/nearest.h"
 #include "sharding/sharded_state.h"
 
@@ -33,12 +34,22 @@ std::string format_shape(const at::Tensor& t) {
   return text + "]";
 }
 
-// A checkpoint's raw weights: its model section, and under sharding the rows of its model shard files, put
-// together at the module's shapes.
+// Every tensor of a set of files of row blocks (row_shards.h), whole.
+NamedTensors whole_tensors(const std::vector<RowShardSource>& files, const std::string& what) {
+  NamedTensors out;
+  const RowShardReader reader(files, what);
+  for (const auto& [name, info] : reader.tensors()) out.emplace_back(name, reader.read(name));
+  return out;
+}
+
+// A checkpoint's raw weights: its model section, and under sharding the tensors of its model/ folder (or, written
+// before the folders, the rows of its model shard files put together at the module's shapes).
 NamedTensors checkpoint_weights(const CheckpointData& data, const torch::nn::Module& module, const std::string& path) {
   NamedTensors out;
   if (const StateDict* saved = data.section("model"))
     for (const auto& key : saved->tensor_keys()) out.emplace_back(key, saved->tensor(key));
+  for (auto& item : whole_tensors(sharding::folder_sources(data, path, "model"), "checkpoint " + path))
+    out.push_back(std::move(item));
   NamedTensors full;
   for (const auto& [name, t] : named_model_tensors(module)) full.emplace_back(name, at::empty_like(t, at::kCPU));
   sharding::RowsSeen rows;
@@ -66,9 +77,10 @@ Source read_source(const torch::nn::Module& module, const WeightsInit& init, con
   const bool want_ema = init.weights == "ema", want_raw = init.weights == "raw";
   const fs::path dir(path);
   if (fs::exists(dir / "meta.json")) {
-    // A checkpoint: read its own tensors and files, never the optimizer shards of its ranks.
+    // A checkpoint: read its own tensors and files, never the optimizer shards of its ranks; the model/ folder's
+    // files are read by checkpoint_weights.
     const CheckpointData data = load_checkpoint(path, [](const std::string& file) {
-      return !sharding::is_shard_file("optimizer", file);
+      return file.find('/') == std::string::npos && !sharding::is_shard_file("optimizer", file);
     });
     const StateDict* ema = nullptr;
     for (const auto& [file, content] : data.files)
@@ -84,9 +96,21 @@ Source read_source(const torch::nn::Module& module, const WeightsInit& init, con
     return {"checkpoint \"" + path + "\" (its trained weights)", checkpoint_weights(data, module, path)};
   }
   const bool has_model = fs::exists(dir / kModelFile), has_ema = fs::exists(dir / kEmaFile);
+  if (!has_model && !has_ema) {
+    // A folder PyTorch's distributed checkpoint wrote in safetensors form: its tensors, put together from the blocks.
+    const std::vector<RowShardSource> pieces = safetensors_in(path);
+    if (!pieces.empty()) {
+      if (init.weights != "auto")
+        throw Error(key + "_weights = \"" + init.weights + "\" chooses among a checkpoint's or run folder's weights, " +
+                    "but \"" + path + "\" is a folder of safetensors files, loaded as they are (leave init_weights out)");
+      return {"\"" + path + "\" (" + std::to_string(pieces.size()) + " safetensors files of a distributed checkpoint)",
+              whole_tensors(pieces, "\"" + path + "\"")};
+    }
+  }
   if (!has_model && !has_ema)
     throw Error(key + ": folder \"" + path + "\" is neither a checkpoint (no meta.json) nor a run folder (no " +
-                kModelFile + " or " + kEmaFile + "); give a checkpoint folder, a run folder or a safetensors file");
+                kModelFile + " or " + kEmaFile + ") nor a distributed checkpoint (no *.safetensors); give a " +
+                "checkpoint folder, a run folder, a folder of safetensors files or a safetensors file");
   if (want_ema && !has_ema)
     throw Error(key + "_weights = \"ema\": run folder \"" + path + "\" has no " + kEmaFile +
                 " (the run had no ema plugin): use init_weights = \"raw\"");

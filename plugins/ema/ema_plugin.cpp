@@ -34,11 +34,6 @@ constexpr const char* kRawLabel = "eval_raw";
 constexpr const char* kEmaSet = "ema";
 constexpr const char* kRawSet = "raw";
 
-std::string byte_size(std::int64_t bytes) {
-  if (bytes < (1 << 20)) return format_decimals(static_cast<double>(bytes) / 1024.0, 1) + " KiB";
-  return format_decimals(static_cast<double>(bytes) / (1024.0 * 1024.0), 1) + " MiB";
-}
-
 // `averaged`: the options of the run's EMA (sharded over the ranks, following zero3's rows), which the profiles
 // share but for their dtype.
 std::optional<PosthocTracker> make_tracker(const EmaSettings& settings, EmaOptions averaged) {
@@ -221,7 +216,7 @@ class EmaAlgorithm final : public Algorithm {
     logger.info(settings_.describe(state.progress.batches_per_epoch));
     if (ema_.sharded())
       logger.info("ema: sharded over " + std::to_string(state.facts.world_size()) + " ranks: each holds " +
-                  byte_size(ema_.bytes()) + " of the " + byte_size(ema_.full_bytes()) +
+                  format_bytes(ema_.bytes()) + " of the " + format_bytes(ema_.full_bytes()) +
                   " average and updates it without communication");
     warn_if_never_started(state, logger);
     logger.log_metric("ema/smoothing", settings_.base_smoothing());
@@ -251,7 +246,7 @@ class EmaAlgorithm final : public Algorithm {
     for (std::size_t i = 0; i < posthoc_->profiles(); ++i)
       widths += (i == 0 ? "" : ", ") + posthoc_->profile_name(i) + " (gamma " +
                 std::to_string(posthoc_->gamma(i)) + ")";
-    logger.info("ema: post-hoc EMA profiles " + widths + " hold " + byte_size(posthoc_->bytes()) +
+    logger.info("ema: post-hoc EMA profiles " + widths + " hold " + format_bytes(posthoc_->bytes()) +
                 "; snapshots every " + settings_.posthoc.snapshot_every.str() + " to posthoc/");
   }
 
@@ -264,8 +259,8 @@ class EmaAlgorithm final : public Algorithm {
     if (state.facts.run_dir().empty()) return;
     std::int64_t written = posthoc_->write_snapshots(state.facts.run_dir(), writes_snapshots(state));
     if (written == 0) return;
-    logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + byte_size(written) +
-                " written, " + byte_size(posthoc::snapshot_disk_use(state.facts.run_dir())) + " in " + state.facts.run_dir() + "/posthoc");
+    logger.info("ema: post-hoc snapshots at batch " + std::to_string(posthoc_->time()) + ": " + format_bytes(written) +
+                " written, " + format_bytes(posthoc::snapshot_disk_use(state.facts.run_dir())) + " in " + state.facts.run_dir() + "/posthoc");
   }
 
   static bool writes_snapshots(const State& state) { return !state.facts.run_dir().empty() && state.facts.rank() == 0; }

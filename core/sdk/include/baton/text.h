@@ -28,6 +28,10 @@ BATON_API std::string format_decimals(double value, int decimals);
 /// infinities "inf" and "-inf".
 BATON_API std::string format_exact(double value);
 
+/// A size for people to read, in binary units with one decimal: format_bytes(812) is "812 B", format_bytes(70144)
+/// "68.5 KiB", format_bytes(3 << 20) "3.0 MiB", and GiB from 1 GiB on.
+BATON_API std::string format_bytes(std::int64_t bytes);
+
 /// A tensor's shape as "[64, 1, 14, 14]"; a scalar's is "[]".
 BATON_API std::string format_shape(const std::int64_t* sizes, std::size_t count);
 template <class Sizes>
