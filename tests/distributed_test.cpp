@@ -914,12 +914,13 @@ TEST_SUITE("distributed_cli") {
                          ("shard-" + rank + "-model-00001-of-00001.safetensors")));
   }
 
-  TEST_CASE("issue 39: zero2 saved at 2 ranks mid-epoch resumes at 3 and at 1 with the global batch fixed: weights, "
-            "Adam state and EMA as the uninterrupted run's, the same samples, each rank reading about its shard") {
+  TEST_CASE("issue 39: zero2 saved at 2 ranks mid-epoch resumes at 3 (zero2, zero3) and at 1 with the global batch "
+            "fixed: weights, Adam state and EMA as the uninterrupted run's, the same samples, each rank reading about "
+            "its shard") {
     auto dir = baton::test::scratch_dir("dist-reshard");
     const fs::path runs = dir / "runs";
     // 20 batches of 96 an epoch: batch 50 is the middle of epoch 3.
-    const auto config = [&](const std::string& name, int batch_size) {
+    const auto config = [&](const std::string& name, int batch_size, const std::string& sharding = "zero2") {
       std::ofstream(dir / (name + ".toml"))
           << "[run]\nname = \"" << name << "\"\ndir = \"runs\"\nseed = 7\n"
           << "[data]\nname = \"synthetic\"\ntrain_size = 1920\neval_size = 200\nbatch_size = " << batch_size
@@ -929,13 +930,14 @@ TEST_SUITE("distributed_cli") {
           << "[trainer]\nprecision = \"fp32\"\nmax_duration = \"100ba\"\neval_interval = \"0ep\"\nthreads = 1\n"
           << "progress = false\n"
           << "[checkpoint]\nsave_interval = \"50ba\"\nkeep_last = 0\n"
-          << "[distributed]\ntimeout_seconds = 30\nsharding = \"zero2\"\n"
+          << "[distributed]\ntimeout_seconds = 30\nsharding = \"" << sharding << "\"\n"
           << "[[plugins]]\nname = \"ema\"\nhalf_life = \"8ba\"\n"
           << "[[plugins]]\npath = \"" << BATON_TEST_PLUGIN_DIR << "/fixture_sample_log.so\"\n";
     };
     config("straight", 48);
     config("three", 32);
     config("one", 96);
+    config("three-zero3", 32, "zero3");
     Result straight = run_baton(dir, {"launch", "--nproc", "2", "train", "straight.toml"});
     INFO(straight.out);
     REQUIRE(straight.status == 0);
@@ -947,13 +949,17 @@ TEST_SUITE("distributed_cli") {
     Result one = run_baton(dir, {"train", "one.toml", "--resume", ba50});
     INFO(one.out);
     REQUIRE(one.status == 0);
+    // zero3 keeps the same shards: the zero2 checkpoint resumes under it at 3 ranks alike.
+    Result zero3 = run_baton(dir, {"launch", "--nproc", "3", "train", "three-zero3.toml", "--resume", ba50});
+    INFO(zero3.out);
+    REQUIRE(zero3.status == 0);
 
-    for (const std::string run : {"three", "one"}) {
+    for (const std::string run : {"three", "one", "three-zero3"}) {
       const double weights = max_relative_difference(runs / run, runs / "straight");
       const double ema = max_relative_difference(runs / run, runs / "straight", "ema.safetensors");
       const double adam = max_state_difference(runs / run / "checkpoints" / "ba100" / "optimizer",
                                                runs / "straight" / "checkpoints" / "ba100" / "optimizer");
-      MESSAGE("resumed at " << run << " rank(s): weights " << weights << ", EMA " << ema << ", Adam state " << adam
+      MESSAGE("resumed as run " << run << ": weights " << weights << ", EMA " << ema << ", Adam state " << adam
                             << " (max relative difference to the uninterrupted 2-rank run)");
       CHECK(weights <= 1e-5);
       CHECK(ema <= 1e-5);
