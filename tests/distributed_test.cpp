@@ -976,6 +976,14 @@ TEST_SUITE("distributed_cli") {
     REQUIRE(line != std::string::npos);
     const std::string report = three.out.substr(line, three.out.find('\n', line) - line);
     MESSAGE(report);
+    // `baton checkpoint info` plans the same reads from the files' headers alone, byte for byte.
+    Result info = run_baton(dir, {"checkpoint", "info", ba50, "--world", "3"});
+    INFO(info.out);
+    REQUIRE(info.status == 0);
+    CHECK(info.out.find("written by 2 rank(s), sharding zero2, batch size 48 per rank (global 96)") !=
+          std::string::npos);
+    const std::string measured = report.substr(report.find("read in parts: ") + 15);
+    CHECK(info.out.find("a sharded resume at 3 rank(s): " + measured + "\n") != std::string::npos);
     int reports = 0;
     for (std::size_t at = report.find(" ("); at != std::string::npos; at = report.find(" (", at + 1)) {
       const double ratio = std::atof(report.c_str() + at + 2);

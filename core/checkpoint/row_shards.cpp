@@ -227,6 +227,37 @@ RowShardReader::RowShardReader(const std::vector<RowShardSource>& sources, std::
 
 RowShardReader::~RowShardReader() = default;
 
+namespace {
+
+// Rows [from, to) of the global tensor within `chunk`, widened to the chunk's whole checksummed blocks: [lo, hi)
+// relative to its first row.
+std::pair<std::int64_t, std::int64_t> block_span(std::int64_t from, std::int64_t to, std::int64_t first,
+                                                 std::int64_t rows, std::int64_t block_rows) {
+  std::int64_t lo = from - first, hi = to - first;
+  if (block_rows > 0) {
+    lo = lo / block_rows * block_rows;
+    hi = std::min(rows, (hi + block_rows - 1) / block_rows * block_rows);
+  }
+  return {lo, hi};
+}
+
+}  // namespace
+
+std::uint64_t RowShardReader::bytes_for_rows(const std::string& name, std::int64_t begin, std::int64_t count) const {
+  const auto found = chunks_.find(name);
+  if (found == chunks_.end()) throw CheckpointError(what_ + ": no file holds tensor '" + name + "'");
+  std::uint64_t bytes = 0;
+  for (const Chunk& chunk : found->second) {
+    const std::int64_t from = std::max(begin, chunk.first_row());
+    const std::int64_t to = std::min(begin + count, chunk.first_row() + chunk.rows());
+    if (from >= to) continue;
+    const auto [lo, hi] = block_span(from, to, chunk.first_row(), chunk.rows(), chunk.block_rows);
+    bytes += static_cast<std::uint64_t>((hi - lo) * row_elements(chunk.entry->shape) *
+                                        static_cast<std::int64_t>(c10::elementSize(chunk.entry->dtype)));
+  }
+  return bytes;
+}
+
 void RowShardReader::read_rows(const std::string& name, std::int64_t begin, const at::Tensor& into) const {
   const auto found = tensors_.find(name);
   if (found == tensors_.end()) throw CheckpointError(what_ + ": no file holds tensor '" + name + "'");
@@ -251,11 +282,7 @@ void RowShardReader::read_rows(const std::string& name, std::int64_t begin, cons
     if (from >= to) continue;
     const std::int64_t row_bytes = row_elements(chunk.entry->shape) * element;
     // The rows wanted, widened to whole checksummed blocks, relative to the chunk's first row.
-    std::int64_t lo = from - chunk.first_row(), hi = to - chunk.first_row();
-    if (chunk.block_rows > 0) {
-      lo = lo / chunk.block_rows * chunk.block_rows;
-      hi = std::min(chunk.rows(), (hi + chunk.block_rows - 1) / chunk.block_rows * chunk.block_rows);
-    }
+    const auto [lo, hi] = block_span(from, to, chunk.first_row(), chunk.rows(), chunk.block_rows);
     buffer.resize(static_cast<std::size_t>((hi - lo) * row_bytes));
     const std::string& path = *chunk.label;
     try {

@@ -90,6 +90,8 @@ class RowShardReader {
   /// checked against its crc32. Throws CheckpointError naming the file and tensor: rows no file holds, a checksum
   /// that does not match, a read error.
   void read_rows(const std::string& name, std::int64_t begin, const at::Tensor& into) const;
+  /// The bytes read_rows(name, begin, ...) of `count` rows would read (the overlapping blocks), without reading.
+  std::uint64_t bytes_for_rows(const std::string& name, std::int64_t begin, std::int64_t count) const;
   /// The whole tensor `name` (CPU).
   at::Tensor read(const std::string& name) const;
   /// Every tensor whole, and scalars(): what one file of the whole tensors would hold.

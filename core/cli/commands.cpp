@@ -1,4 +1,4 @@
-// The baton command line (train, check, eval, predict, plugins, launch, posthoc), in libbaton so that the `baton`
+// The baton command line (train, check, eval, predict, plugins, launch, posthoc, checkpoint), in libbaton so that the `baton`
 // executable is one call and a program that embeds baton can offer the same commands (baton/cli.h).
 #include <cmath>
 #include <algorithm>
@@ -21,6 +21,7 @@
 #include "cli/openmp_wait.h"
 #include "config/config.h"
 #include "baton/plugin_loader.h"
+#include "checkpoint_command.h"  // checkpoint info
 #include "posthoc_command.h"  // posthoc
 #include "sdk/exception_text.h"
 #include "sdk/nearest.h"
@@ -350,6 +351,8 @@ int cli_main(int argc, char** argv) {
   baton::cli::PosthocArgs posthoc_args;
   auto* posthoc = baton::cli::add_posthoc_subcommand(app, posthoc_args);
   // --- end posthoc ---
+  baton::cli::CheckpointArgs checkpoint_args;
+  auto* checkpoint_command = baton::cli::add_checkpoint_subcommand(app, checkpoint_args);
 
   // An unknown first word would read "A subcommand is required": name the word, the nearest command and them all.
   if (argc >= 2 && argv[1][0] != '-') {
@@ -380,6 +383,7 @@ int cli_main(int argc, char** argv) {
     if (*predict) return run_predict(predict_args, predict_options);
     if (*plugins) return run_plugins(plugin_paths, plugins_insecure);
     if (*posthoc) return baton::cli::run_posthoc(*posthoc, posthoc_args);  // posthoc
+    if (*checkpoint_command) return baton::cli::run_checkpoint(checkpoint_args);
     if (*launch) {  // --- launch ---
       launch_options.args = launch->remaining();
       if (std::string problem = baton::cli::launch_usage_error(launch_options); !problem.empty()) {
