@@ -116,6 +116,17 @@ std::uint32_t header_crc32(const SafetensorsFile& file) {
   return crc_of(header.data(), header.size());
 }
 
+std::string read_report(const std::vector<std::uint64_t>& read, const std::vector<std::uint64_t>& taken) {
+  std::string text;
+  for (std::size_t q = 0; q < read.size() && q < taken.size(); ++q) {
+    const double ratio = taken[q] ? static_cast<double>(read[q]) / static_cast<double>(taken[q]) : 0.0;
+    text += (q ? "; rank " : "rank ") + std::to_string(q) + " read " +
+            format_bytes(static_cast<std::int64_t>(read[q])) + " for its " +
+            format_bytes(static_cast<std::int64_t>(taken[q])) + " (" + format_decimals(ratio, 3) + " x)";
+  }
+  return text;
+}
+
 std::vector<RowShardSource> safetensors_in(const std::string& folder) {
   std::vector<RowShardSource> out;
   std::error_code error;

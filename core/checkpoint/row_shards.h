@@ -61,6 +61,10 @@ struct RowShardSource {
   std::string label;  // how errors name the file ("model/shard-..." in a checkpoint); empty: its path
 };
 
+/// What ranks read of a set of row shard files against the bytes each took from them, one entry per rank, as the
+/// resume reports it and `baton checkpoint info` plans it: "rank 0 read 215.0 KiB for its 205.5 KiB (1.047 x); ...".
+std::string read_report(const std::vector<std::uint64_t>& read, const std::vector<std::uint64_t>& taken);
+
 /// Every "*.safetensors" file directly in `folder`, by name: a folder PyTorch's distributed checkpoint wrote with its
 /// safetensors writer. Throws baton::Error naming the folder and the OS's reason.
 std::vector<RowShardSource> safetensors_in(const std::string& folder);

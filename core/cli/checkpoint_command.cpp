@@ -126,14 +126,13 @@ int run_checkpoint(const CheckpointArgs& args) {
   worlds.erase(std::unique(worlds.begin(), worlds.end()), worlds.end());
   for (int w : worlds) {
     const sharding::Layout layout(specs, 0, w);
-    std::string line;
+    std::vector<std::uint64_t> read, taken;
     for (int r = 0; r < w; ++r) {
       const Plan plan = plan_for(model, optimizer.get(), headers, layout, r);
-      const double ratio = plan.taken ? static_cast<double>(plan.read) / static_cast<double>(plan.taken) : 0.0;
-      line += (r ? "; rank " : "rank ") + std::to_string(r) + " read " +
-              format_bytes(static_cast<std::int64_t>(plan.read)) + " for its " +
-              format_bytes(static_cast<std::int64_t>(plan.taken)) + " (" + format_decimals(ratio, 3) + " x)";
+      read.push_back(plan.read);
+      taken.push_back(plan.taken);
     }
+    const std::string line = read_report(read, taken);
     std::printf("a sharded resume at %d rank(s): %s\n", w, line.c_str());
   }
   return 0;

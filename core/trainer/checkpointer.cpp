@@ -498,14 +498,13 @@ void Checkpointer::report_reads(const Loaded& loaded) {
     counts = comm->all_gather(parameters.empty() ? counts : counts.to(parameters.front().device())).cpu();
   }
   if (options_.rank != 0 || options_.quiet) return;
-  std::string text;
+  std::vector<std::uint64_t> read, taken;
   const std::int64_t* c = counts.data_ptr<std::int64_t>();
   for (std::int64_t q = 0; q < counts.numel() / 2; ++q) {
-    const double ratio = c[2 * q + 1] > 0 ? static_cast<double>(c[2 * q]) / static_cast<double>(c[2 * q + 1]) : 0.0;
-    text += (q ? "; rank " : "rank ") + std::to_string(q) + " read " + format_bytes(c[2 * q]) + " for its " +
-            format_bytes(c[2 * q + 1]) + " (" + format_decimals(ratio, 3) + " x)";
+    read.push_back(static_cast<std::uint64_t>(c[2 * q]));
+    taken.push_back(static_cast<std::uint64_t>(c[2 * q + 1]));
   }
-  logger_.info("shard files of " + loaded.path + " read in parts: " + text);
+  logger_.info("shard files of " + loaded.path + " read in parts: " + read_report(read, taken));
 }
 
 void Checkpointer::load(const std::string& path, bool with_training_state) {
