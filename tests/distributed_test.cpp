@@ -10,11 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -90,7 +93,7 @@ double max_weight_difference(const fs::path& run_a, const fs::path& run_b,
   return max_diff;
 }
 
-// A `baton launch` whose rank 1 gets SIGKILL on the first line of output for which `trigger` holds.
+// A `baton launch` whose rank 1 got SIGKILL (launch_killing_rank1 below).
 struct KilledLaunch {
   std::string out;
   int status = 0;     // pclose's
@@ -98,25 +101,58 @@ struct KilledLaunch {
   std::chrono::steady_clock::time_point sent_at;
 };
 
+// A `baton launch` whose rank 1 gets SIGKILL `delay` after the first line of output for which `trigger` holds,
+// whatever it is doing then (unless the run has ended by then: `sent` stays false). `triggered_at` and `ended_at`
+// say when that line came and when the output ended.
+struct TimedKill {
+  KilledLaunch launch;
+  std::chrono::steady_clock::time_point triggered_at, ended_at;
+};
 template <class Trigger>
-KilledLaunch launch_killing_rank1(const fs::path& dir, const std::vector<std::string>& args, Trigger trigger) {
-  KilledLaunch result;
+TimedKill launch_killing_rank1_after(const fs::path& dir, const std::vector<std::string>& args, Trigger trigger,
+                                     std::chrono::milliseconds delay) {
+  TimedKill result;
   FILE* pipe = ::popen(command_line(dir, args).c_str(), "r");
   REQUIRE(pipe != nullptr);
+  std::mutex lock;
+  std::condition_variable changed;
   pid_t victim = -1;
+  bool triggered = false, ended = false;
+  std::thread killer([&] {
+    std::unique_lock<std::mutex> guard(lock);
+    changed.wait(guard, [&] { return (victim > 0 && triggered) || ended; });
+    if (ended || changed.wait_for(guard, delay, [&] { return ended; })) return;
+    ::kill(victim, SIGKILL);
+    result.launch.sent = true;
+    result.launch.sent_at = std::chrono::steady_clock::now();
+  });
   char buffer[4096];
   while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) {
     const std::string line = buffer;
-    result.out += line;
+    result.launch.out += line;
+    std::lock_guard<std::mutex> guard(lock);
     if (line.rfind("baton launch: rank 1 is pid ", 0) == 0) victim = std::atoi(line.c_str() + 28);
-    if (!result.sent && victim > 0 && trigger(line)) {
-      ::kill(victim, SIGKILL);
-      result.sent = true;
-      result.sent_at = std::chrono::steady_clock::now();
+    if (!triggered && trigger(line)) {
+      triggered = true;
+      result.triggered_at = std::chrono::steady_clock::now();
     }
+    changed.notify_all();
   }
-  result.status = ::pclose(pipe);
+  result.ended_at = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> guard(lock);
+    ended = true;
+    changed.notify_all();
+  }
+  killer.join();
+  result.launch.status = ::pclose(pipe);
   return result;
+}
+
+// A `baton launch` whose rank 1 gets SIGKILL on the first line of output for which `trigger` holds.
+template <class Trigger>
+KilledLaunch launch_killing_rank1(const fs::path& dir, const std::vector<std::string>& args, Trigger trigger) {
+  return launch_killing_rank1_after(dir, args, trigger, std::chrono::milliseconds(0)).launch;
 }
 
 // A sharded (or not) run of the same data and model as write_config's: `sharding` in [distributed], `optimizer`
@@ -178,6 +214,21 @@ std::map<std::string, at::Tensor> assemble(const fs::path& folder) {
     target.copy_(named.second);
   }
   return out;
+}
+
+// The largest element-wise difference between a safetensors file's tensors and a folder's row blocks put together
+// (assemble), which must hold the same tensors.
+double max_difference_to_rows(const fs::path& file, const fs::path& folder) {
+  const auto rows = assemble(folder);
+  const auto whole = baton::read_safetensors(file.string());
+  REQUIRE(whole.tensors.size() == rows.size());
+  double worst = 0;
+  for (const auto& [name, tensor] : whole.tensors) {
+    REQUIRE(rows.count(name) == 1);
+    REQUIRE((tensor.sizes() == rows.at(name).sizes()));
+    worst = std::max(worst, tensor.sub(rows.at(name)).abs().max().item<double>());
+  }
+  return worst;
 }
 
 // The largest relative difference between the tensors of two such folders (the same names required).
@@ -401,8 +452,10 @@ TEST_SUITE("distributed_cli") {
 
     const fs::path runs = dir / "runs";
     CHECK(max_weight_difference(runs / "sharded", runs / "whole", "ema.safetensors") == 0);
-    CHECK(max_weight_difference(runs / "sharded" / "checkpoints" / "ep1", runs / "whole" / "checkpoints" / "ep1",
-                                "ema.safetensors") == 0);
+    // The sharded EMA's checkpoint holds each rank's rows in ema/ (no gather), the whole one's ema.safetensors.
+    CHECK_FALSE(fs::exists(runs / "sharded" / "checkpoints" / "ep1" / "ema.safetensors"));
+    CHECK(max_difference_to_rows(runs / "whole" / "checkpoints" / "ep1" / "ema.safetensors",
+                                 runs / "sharded" / "checkpoints" / "ep1" / "ema") == 0);
     double to_one = max_weight_difference(runs / "sharded", runs / "one", "ema.safetensors");
     MESSAGE("max |ema_2_ranks_sharded - ema_1_rank| = " << to_one);
     CHECK(to_one < 1e-4);
@@ -792,10 +845,14 @@ TEST_SUITE("distributed_cli") {
         else CHECK(relative <= 1e-6);
       }
     }
-    // A sharded run's profiles resume from its checkpoint (each rank takes its rows of the saved whole ones): the
-    // last snapshots are the uninterrupted run's, bit for bit.
+    // A sharded run's profiles resume from its checkpoint (each rank's rows of every profile in ema/, beside the
+    // average's, read back by rows): the last snapshots are the uninterrupted run's, bit for bit.
     write_sharded_config(dir / "split.toml", "split", "zero3", sgd, posthoc);
     train("split", {"--set", "trainer.max_duration=1ep", "--set", "checkpoint.save_interval=1ep"});
+    int profile_tensors = 0;
+    for (const auto& [name, tensor] : assemble(runs / "split" / "checkpoints" / "ep1" / "ema"))
+      profile_tensors += name.rfind("posthoc/", 0) == 0;
+    CHECK(profile_tensors == 2 * 4);  // 2 profiles of the mlp's 4 tensors
     train("split", {"--set", "checkpoint.save_interval=1ep", "--resume", "auto"});
     for (const auto& file : {snapshots[2], snapshots[3]})
       CHECK(max_relative_difference(runs / "split", runs / "zero3", (fs::path("posthoc") / file).string()) == 0);
@@ -888,8 +945,10 @@ TEST_SUITE("distributed_cli") {
   TEST_CASE("issue 38: a zero2 run over 2 ranks resumed from its shard files ends bitwise as the uninterrupted one") {
     auto dir = baton::test::scratch_dir("dist-zero-resume");
     const std::string adam = "name = \"adam\"\nlr = 0.01\n";
+    // The EMA selects the best checkpoint: best/ema.safetensors is put together from its ema/ folder of rows.
+    const std::string select = "select = { metric = \"eval/accuracy\", mode = \"max\", keep = 1 }\n";
     for (const std::string name : {"straight", "resumed"})
-      write_sharded_config(dir / (name + ".toml"), name, "zero2", adam, kEma);
+      write_sharded_config(dir / (name + ".toml"), name, "zero2", adam, kEma + select);
     const std::vector<std::string> saving = {"--set", "checkpoint.save_interval=1ep"};
     const auto launch = [&](std::vector<std::string> args) {
       std::vector<std::string> all = {"launch", "--nproc", "2", "train"};
@@ -907,11 +966,107 @@ TEST_SUITE("distributed_cli") {
     const fs::path runs = dir / "runs";
     CHECK(max_relative_difference(runs / "resumed", runs / "straight") == 0);
     CHECK(max_relative_difference(runs / "resumed", runs / "straight", "ema.safetensors") == 0);
-    // Each rank wrote its own files into the checkpoint's model/ and optimizer/ folders.
-    for (const std::string kind : {"model", "optimizer"})
+    const fs::path best = runs / "straight" / "best";
+    REQUIRE(fs::exists(best / "ema.safetensors"));
+    int copies = 0;
+    for (const auto& entry : fs::directory_iterator(best)) {
+      if (!entry.is_directory()) continue;
+      ++copies;
+      CHECK_FALSE(fs::exists(entry.path() / "ema.safetensors"));
+      CHECK(max_difference_to_rows(best / "ema.safetensors", entry.path() / "ema") == 0);
+    }
+    CHECK(copies == 1);
+    CHECK(max_relative_difference(runs / "resumed" / "best", best, "ema.safetensors") == 0);
+    // Each rank wrote its own files into the checkpoint's model/, optimizer/ and ema/ folders.
+    for (const std::string kind : {"model", "optimizer", "ema"})
       for (const std::string rank : {"00001", "00002"})
         CHECK(fs::exists(runs / "resumed" / "checkpoints" / "ep1" / kind /
                          ("shard-" + rank + "-model-00001-of-00001.safetensors")));
+  }
+
+  TEST_CASE("issue 39: rank 1 killed at 30 random moments of a zero2 run saving every batch: never a half visible "
+            "checkpoint, and the newest resumes on both ranks, bitwise") {
+    auto dir = baton::test::scratch_dir("dist-kill-random");
+    const std::string adam = "name = \"adam\"\nlr = 0.01\n";
+    const std::vector<std::string> every_batch = {"--set", "checkpoint.save_interval=1ba", "--set",
+                                                  "checkpoint.keep_last=0", "--set", "trainer.eval_interval=0ep"};
+    write_sharded_config(dir / "straight.toml", "straight", "zero2", adam, kEma);
+    // The reference goes one batch further than the trials, so that a trial killed after its last save resumes too.
+    std::vector<std::string> straight = {"launch", "--nproc", "2", "train", "straight.toml", "--set",
+                                         "trainer.max_duration=17ba"};
+    straight.insert(straight.end(), every_batch.begin(), every_batch.end());
+    // The clock starts at rank 0's first save; the reference run (never killed) says how long the saving lasts.
+    const auto first_save = [](const std::string& name) {
+      return [name](const std::string& line) {
+        return line.find("[rank 0] checkpoint runs/" + name + "/checkpoints/ba1 ") != std::string::npos;
+      };
+    };
+    const TimedKill reference = launch_killing_rank1_after(dir, straight, first_save("straight"), std::chrono::hours(1));
+    INFO(reference.launch.out);
+    REQUIRE(reference.launch.status == 0);
+    REQUIRE_FALSE(reference.launch.sent);
+    const double run_ms =
+        std::chrono::duration<double, std::milli>(reference.ended_at - reference.triggered_at).count();
+    const fs::path saved = dir / "runs" / "straight" / "checkpoints";
+    // The trials' 16 batches (2 epochs of 8): a save after every one. Kill moments spread over the saves, drawn from a
+    // fixed seed.
+    std::mt19937 draw(39);
+    std::uniform_real_distribution<double> moment(0.0, 0.65 * run_ms);  // the run's end and export follow the saves
+    int killed = 0, attempts = 0, resumed = 0, mid_save = 0;
+    std::map<int, int> newest_seen;
+    while (killed < 30 && attempts < 45) {
+      ++attempts;
+      const std::string name = "k" + std::to_string(attempts);
+      write_sharded_config(dir / (name + ".toml"), name, "zero2", adam, kEma);
+      std::vector<std::string> args = {"launch", "--nproc", "2", "train", name + ".toml"};
+      args.insert(args.end(), every_batch.begin(), every_batch.end());
+      const auto delay = std::chrono::milliseconds(static_cast<int>(moment(draw)));
+      const KilledLaunch launch = launch_killing_rank1_after(dir, args, first_save(name), delay).launch;
+      INFO("trial " << name << ", kill " << delay.count() << " ms after the first save\n" << launch.out);
+      if (!launch.sent || WEXITSTATUS(launch.status) == 0) continue;  // the run ended first
+      ++killed;
+      CHECK(launch.out.find("rank 1 was killed by signal 9") != std::string::npos);
+      // Every visible folder is a whole checkpoint; a save under way is at most a hidden one.
+      const fs::path checkpoints = dir / "runs" / name / "checkpoints";
+      int newest = -1;
+      bool partial = false;
+      if (fs::exists(checkpoints))
+        for (const auto& entry : fs::directory_iterator(checkpoints)) {
+          const std::string folder = entry.path().filename().string();
+          partial = partial || folder.front() == '.';
+          if (folder.front() == '.') continue;
+          CHECK(fs::exists(entry.path() / "meta.json"));
+          REQUIRE(folder.rfind("ba", 0) == 0);
+          newest = std::max(newest, std::atoi(folder.c_str() + 2));
+        }
+      ++newest_seen[newest];
+      mid_save += partial;
+      if (newest < 1) continue;
+      const std::string newest_name = "ba" + std::to_string(newest);
+      Result verified = run_baton(dir, {"checkpoint", "info", "runs/" + name + "/checkpoints/" + newest_name, "--verify"});
+      CHECK_MESSAGE(verified.status == 0, verified.out);
+      // The newest resumes on both ranks and its next batch and save are the uninterrupted run's, bit for bit.
+      const std::string next = "ba" + std::to_string(newest + 1);
+      std::vector<std::string> resume = {"launch", "--nproc", "2", "train", name + ".toml", "--resume", "auto",
+                                         "--set", "trainer.max_duration=" + std::to_string(newest + 1) + "ba"};
+      resume.insert(resume.end(), every_batch.begin(), every_batch.end());
+      Result again = run_baton(dir, resume);
+      INFO(again.out);
+      REQUIRE(again.status == 0);
+      CHECK(again.out.find("[rank 0] resumed from runs/" + name + "/checkpoints/" + newest_name + " ") != std::string::npos);
+      CHECK(again.out.find("skipping") == std::string::npos);
+      for (const std::string kind : {"model", "optimizer", "ema"})
+        CHECK(max_state_difference(checkpoints / next / kind, saved / next / kind) == 0);
+      ++resumed;
+      fs::remove_all(dir / "runs" / name);
+    }
+    std::string spread;
+    for (const auto& [newest, n] : newest_seen) spread += " ba" + std::to_string(newest) + " x" + std::to_string(n);
+    MESSAGE(killed << " kills in " << attempts << " runs (the reference's saves took " << run_ms << " ms), "
+                   << mid_save << " during a save (a hidden partial folder left), " << resumed
+                   << " resumed bitwise; newest checkpoint after the kill:" << spread);
+    CHECK(killed >= 30);
+    CHECK(resumed >= 25);
   }
 
   TEST_CASE("issue 39: zero2 saved at 2 ranks mid-epoch resumes at 3 (zero2, zero3) and at 1 with the global batch "
@@ -938,6 +1093,7 @@ TEST_SUITE("distributed_cli") {
     config("three", 32);
     config("one", 96);
     config("three-zero3", 32, "zero3");
+    config("three-zero1", 32, "zero1");
     Result straight = run_baton(dir, {"launch", "--nproc", "2", "train", "straight.toml"});
     INFO(straight.out);
     REQUIRE(straight.status == 0);
@@ -953,8 +1109,19 @@ TEST_SUITE("distributed_cli") {
     Result zero3 = run_baton(dir, {"launch", "--nproc", "3", "train", "three-zero3.toml", "--resume", ba50});
     INFO(zero3.out);
     REQUIRE(zero3.status == 0);
+    // zero1 (optimizer state sharded, the weights whole on every rank) reads the same files.
+    Result zero1 = run_baton(dir, {"launch", "--nproc", "3", "train", "three-zero1.toml", "--resume", ba50});
+    INFO(zero1.out);
+    REQUIRE(zero1.status == 0);
 
-    for (const std::string run : {"three", "one", "three-zero3"}) {
+    // The EMA, sharded as the run is, was saved as each rank's rows in ema/ (no gather, no ema.safetensors).
+    const fs::path saved = runs / "straight" / "checkpoints" / "ba50";
+    CHECK_FALSE(fs::exists(saved / "ema.safetensors"));
+    for (const std::string kind : {"model", "optimizer", "ema"})
+      for (const std::string rank : {"00001", "00002"})
+        CHECK(fs::exists(saved / kind / ("shard-" + rank + "-model-00001-of-00001.safetensors")));
+
+    for (const std::string run : {"three", "one", "three-zero3", "three-zero1"}) {
       const double weights = max_relative_difference(runs / run, runs / "straight");
       const double ema = max_relative_difference(runs / run, runs / "straight", "ema.safetensors");
       const double adam = max_state_difference(runs / run / "checkpoints" / "ba100" / "optimizer",
@@ -971,6 +1138,15 @@ TEST_SUITE("distributed_cli") {
       CHECK(seen.size() == 50);
       CHECK(seen == expected);
     }
+    // The EMA at ba50 as a model's weights (model.init of the checkpoint's EMA, put together from ema/): one step at
+    // lr 1e-30 leaves them as they are, equal to the rows the two ranks wrote (assembled here from the files' offsets).
+    Result from_ema = run_baton(dir, {"train", "one.toml", "--set", "run.name=from-ema", "--set", "model.init=" + ba50,
+                                      "--set", "model.init_weights=ema", "--set", "optimizer.lr=1e-30", "--set",
+                                      "trainer.max_duration=1ba", "--set", "checkpoint.save_interval=0ep"});
+    INFO(from_ema.out);
+    REQUIRE(from_ema.status == 0);
+    CHECK(from_ema.out.find("its EMA weights, the ranks' rows in ema/") != std::string::npos);
+    CHECK(max_difference_to_rows(runs / "from-ema" / "model.safetensors", saved / "ema") == 0);
     // Each of the 3 ranks read from the 2 ranks' files little more than the rows of its own shard.
     const std::size_t line = three.out.find("[rank 0] shard files of " + ba50 + " read in parts: ");
     REQUIRE(line != std::string::npos);

@@ -12,7 +12,10 @@
 
 #include "baton/durable_file.h"
 #include "baton/error.h"
+#include "baton/safetensors.h"
 #include "baton/time.h"
+#include "checkpoint/checkpoint_store.h"
+#include "checkpoint/row_shards.h"
 
 namespace fs = std::filesystem;
 
@@ -154,6 +157,21 @@ void remove_unranked(const fs::path& best, const std::set<std::string>& ranked) 
 
 }  // namespace
 
+// A file a plugin names (ema.safetensors) that the checkpoint holds as that plugin's folder of row tensors instead
+// (a sharded run's ema/, each rank's rows): put together whole from the folder, its tensors named as the model's.
+bool put_together(const fs::path& checkpoint, const std::string& file, const fs::path& target) {
+  const std::string stem = fs::path(file).stem().string();
+  const CheckpointData data = load_checkpoint(checkpoint.string(), [](const std::string&) { return false; });
+  std::vector<RowShardSource> sources;
+  for (const SharedFile& listed : data.listed)
+    if (listed.name.rfind(stem + "/", 0) == 0)
+      sources.push_back({(checkpoint / listed.name).string(), listed.bytes, listed.header_crc32, listed.name});
+  if (sources.empty()) return false;
+  const RowShardReader reader(sources, "checkpoint " + checkpoint.string());
+  write_safetensors_atomic(target.string(), model_named_tensors(reader));
+  return true;
+}
+
 std::vector<std::string> publish_best(const std::string& best_dir, const Ranking& ranking,
                                       const std::vector<std::string>& top_files, const std::string& refresh) {
   std::vector<std::string> warnings;
@@ -184,7 +202,7 @@ std::vector<std::string> publish_best(const std::string& best_dir, const Ranking
     std::error_code ec;
     if (!kept.empty() && fs::exists(top))
       link_or_copy_atomically(top, best / file);
-    else
+    else if (kept.empty() || !put_together(best / kept.front().name, file, best / file))
       fs::remove(best / file, ec);
   }
   return warnings;

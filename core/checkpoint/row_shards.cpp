@@ -366,4 +366,11 @@ StateDict RowShardReader::scalars() const {
   return out;
 }
 
+NamedTensors model_named_tensors(const RowShardReader& reader) {
+  NamedTensors out;
+  for (const auto& [name, info] : reader.tensors())
+    if (name.find('/') == std::string::npos) out.emplace_back(name, reader.read(name));
+  return out;
+}
+
 }  // namespace baton

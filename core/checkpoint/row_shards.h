@@ -69,6 +69,12 @@ std::string read_report(const std::vector<std::uint64_t>& read, const std::vecto
 /// safetensors writer. Throws baton::Error naming the folder and the OS's reason.
 std::vector<RowShardSource> safetensors_in(const std::string& folder);
 
+class RowShardReader;
+
+/// The tensors of `reader` named as a model's (no '/' in the name), whole: what a plugin's folder of row tensors
+/// holds of the model, a sharded EMA's average; its other row tensors ("posthoc/0/fc.weight") are left out.
+NamedTensors model_named_tensors(const RowShardReader& reader);
+
 class RowShardReader {
  public:
   struct Info {

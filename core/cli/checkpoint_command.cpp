@@ -61,6 +61,19 @@ Plan plan_for(const RowShardReader& model, const RowShardReader* optimizer, std:
   return plan;
 }
 
+// A plugin's row tensors: each rank reads its rows of each in a sharded run's layout at world size `world`, as
+// the resume reads them ahead of the plugin.
+void plan_rows(const RowShardReader& reader, int rank, int world, Plan& plan) {
+  std::vector<sharding::TensorSpec> specs;
+  for (const auto& [name, info] : reader.tensors()) specs.push_back({name, info.shape, info.dtype});
+  const sharding::Layout layout(specs, rank, world);
+  for (const sharding::Slot& slot : layout.slots()) {
+    if (slot.held.count() == 0) continue;
+    plan.read += reader.bytes_for_rows(slot.name, slot.held.begin, slot.held.count());
+    plan.taken += static_cast<std::uint64_t>(bytes_of(reader.tensors().at(slot.name), slot.held.count()));
+  }
+}
+
 }  // namespace
 
 CLI::App* add_checkpoint_subcommand(CLI::App& app, CheckpointArgs& args) {
@@ -106,19 +119,26 @@ int run_checkpoint(const CheckpointArgs& args) {
                 format_bytes(static_cast<std::int64_t>(entry.second / static_cast<std::uint64_t>(entry.first))).c_str());
   std::printf("  %-40s %s\n", "all files", format_bytes(static_cast<std::int64_t>(total)).c_str());
 
-  const auto model_files = sharding::folder_sources(data, folder, "model");
-  if (model_files.empty()) {
+  // Every folder of row shard files: model/ and optimizer/ of a sharded run, a plugin's row tensors (a sharded EMA's).
+  const std::string what = "checkpoint " + folder;
+  std::unique_ptr<RowShardReader> model, optimizer;
+  std::vector<std::unique_ptr<RowShardReader>> plugins;
+  for (const auto& [name, entry] : folders) {
+    const std::string kind = name.substr(0, name.size() - 1);
+    auto reader = std::make_unique<RowShardReader>(sharding::folder_sources(data, folder, kind), what);
+    if (kind == "model") model = std::move(reader);
+    else if (kind == "optimizer") optimizer = std::move(reader);
+    else plugins.push_back(std::move(reader));
+  }
+  if (!model && plugins.empty()) {
     std::printf("no shard folders: a resume at any world size reads state.safetensors whole on every rank\n");
     return 0;
   }
-  const std::string what = "checkpoint " + folder;
-  const RowShardReader model(model_files, what);
-  const auto optimizer_files = sharding::folder_sources(data, folder, "optimizer");
-  std::unique_ptr<RowShardReader> optimizer;
-  if (!optimizer_files.empty()) optimizer = std::make_unique<RowShardReader>(optimizer_files, what);
-  const std::uint64_t headers = model.bytes_read() + (optimizer ? optimizer->bytes_read() : 0);
+  std::uint64_t headers = (model ? model->bytes_read() : 0) + (optimizer ? optimizer->bytes_read() : 0);
+  for (const auto& reader : plugins) headers += reader->bytes_read();
   std::vector<sharding::TensorSpec> specs;
-  for (const auto& [name, info] : model.tensors()) specs.push_back({name, info.shape, info.dtype});
+  if (model)
+    for (const auto& [name, info] : model->tensors()) specs.push_back({name, info.shape, info.dtype});
 
   std::vector<int> worlds = args.worlds;
   if (worlds.empty()) worlds = {1, static_cast<int>(world), static_cast<int>(2 * world)};
@@ -128,7 +148,8 @@ int run_checkpoint(const CheckpointArgs& args) {
     const sharding::Layout layout(specs, 0, w);
     std::vector<std::uint64_t> read, taken;
     for (int r = 0; r < w; ++r) {
-      const Plan plan = plan_for(model, optimizer.get(), headers, layout, r);
+      Plan plan = model ? plan_for(*model, optimizer.get(), headers, layout, r) : Plan{headers, 0};
+      for (const auto& reader : plugins) plan_rows(*reader, r, w, plan);
       read.push_back(plan.read);
       taken.push_back(plan.taken);
     }

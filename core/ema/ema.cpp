@@ -217,6 +217,58 @@ void ExponentialMovingAverage::load_state_dict(const std::vector<std::pair<std::
   }
 }
 
+void ExponentialMovingAverage::save_rows(StateDict& out, const std::string& prefix) const {
+  impl_->require_initialized("save_rows");
+  impl_->require_not_swapped("save rows");
+  const bool first_rank = !impl_->sharded() || impl_->options.shard_over->rank() == 0;
+  for (std::size_t i = 0; i < impl_->entries.size(); ++i) {
+    const Impl::Entry& entry = impl_->entries[i];
+    if (!entry.in_shard) {
+      if (first_rank) out.set_rows(prefix + entry.name, entry.ema, 0);
+      continue;
+    }
+    const sharding::Slot& slot = impl_->shard.layout->slots()[entry.slot];
+    if (slot.held.count() == 0) continue;
+    const at::Tensor rows = impl_->kept(i);
+    out.set_rows(prefix + entry.name, entry.shape.empty() ? rows.reshape({}) : rows, slot.held.begin);
+  }
+}
+
+bool ExponentialMovingAverage::saved_as_rows(const StateDict& in, const std::string& prefix) const {
+  for (const auto& entry : impl_->entries)
+    if (in.has_rows(prefix + entry.name)) return true;
+  return false;
+}
+
+void ExponentialMovingAverage::load_rows(const StateDict& in, const std::string& prefix) {
+  impl_->require_initialized("load_rows");
+  impl_->require_not_swapped("load a state");
+  // Everything is read and checked before anything is written, so a bad state leaves the EMA as it was.
+  std::vector<at::Tensor> read(impl_->entries.size());
+  for (std::size_t i = 0; i < impl_->entries.size(); ++i) {
+    const Impl::Entry& entry = impl_->entries[i];
+    const std::string key = prefix + entry.name;
+    if (!in.has_rows(key)) throw Error("EMA state: tensor '" + entry.name + "' is missing");
+    const std::vector<std::int64_t> shape = in.rows_shape(key);
+    if (shape != entry.shape)
+      throw Error("EMA state: tensor '" + entry.name + "' has shape " + format_shape(shape) + " but the EMA expects " +
+                  format_shape(entry.shape));
+    sharding::RowRange rows{0, entry.shape.empty() ? 1 : entry.shape[0]};
+    if (entry.in_shard) rows = impl_->shard.layout->slots()[entry.slot].held;
+    if (rows.count() == 0) continue;
+    read[i] = in.read_rows(key, rows.begin, rows.count());
+    if (read[i].scalar_type() != entry.dtype)
+      throw Error("EMA state: tensor '" + entry.name + "' has dtype " + std::string(c10::toString(read[i].scalar_type())) +
+                  " but the EMA expects " + std::string(c10::toString(entry.dtype)));
+  }
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < impl_->entries.size(); ++i) {
+    if (!read[i].defined()) continue;
+    at::Tensor target = impl_->kept(i);
+    target.copy_(read[i].reshape(target.sizes()));
+  }
+}
+
 const EmaOptions& ExponentialMovingAverage::options() const { return impl_->options; }
 
 void ExponentialMovingAverage::set_smoothing(double smoothing) {

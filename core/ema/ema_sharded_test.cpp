@@ -3,8 +3,13 @@
 // collective, and the gathered EMA is the one a single process computes.
 #include "baton_test.h"
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -14,6 +19,7 @@
 #include "baton/communicator.h"
 #include "baton/ema.h"
 #include "baton/error.h"
+#include "baton/state_dict.h"
 #include "loopback_ranks.h"
 #include "shard_checks.h"
 
@@ -62,6 +68,14 @@ void check_closed_form(const std::vector<std::pair<std::string, at::Tensor>>& em
     ++i;
   }
   CHECK(i == ema.size());
+}
+
+// The updates check_closed_form expects, from weights at k = 0.
+void update_with_k_1_2_3(ExponentialMovingAverage& ema, torch::nn::Sequential& model) {
+  for (int k = 1; k <= 3; ++k) {
+    set_weights(model, k);
+    ema.update(*model);
+  }
 }
 
 bool same(const std::vector<std::pair<std::string, at::Tensor>>& a,
@@ -186,10 +200,7 @@ TEST_SUITE("ema_sharded") {
         CHECK(ema.full_bytes() == 55 * 4 + 8);
         CHECK(ema.bytes() == held * 4 + 8);
         const std::int64_t before = comm->collectives();
-        for (int k = 1; k <= 3; ++k) {
-          set_weights(model, k);
-          ema.update(*model);
-        }
+        update_with_k_1_2_3(ema, model);
         CHECK(comm->collectives() == before);
         check_closed_form(ema.state_dict());
         CHECK(comm->collectives() == before + 1);  // one allgather for the whole EMA
@@ -237,10 +248,7 @@ TEST_SUITE("ema_sharded") {
       auto model = small_model();
       set_weights(model, 0);
       ExponentialMovingAverage ema(*model, options(0.5, comm));
-      for (int k = 1; k <= 3; ++k) {
-        set_weights(model, k);
-        ema.update(*model);
-      }
+      update_with_k_1_2_3(ema, model);
       CHECK_THROWS_WITH_AS(ema.get("0.weight"),
                            doctest::Contains("'0.weight' is sharded across the ranks, so no rank holds all of it"),
                            Error);
@@ -280,10 +288,7 @@ TEST_SUITE("ema_sharded") {
       auto model = small_model();
       set_weights(model, 0);
       ExponentialMovingAverage whole(*model, options(0.5));
-      for (int k = 1; k <= 3; ++k) {
-        set_weights(model, k);
-        whole.update(*model);
-      }
+      update_with_k_1_2_3(whole, model);
       set_weights(model, 0);
       ExponentialMovingAverage sharded(*model, options(0.5, comm));
       sharded.load_state_dict(whole.state_dict());
@@ -302,5 +307,81 @@ TEST_SUITE("ema_sharded") {
                            "EMA state: tensor '0.weight' has shape [4, 6] but the EMA expects [4, 5]", Error);
       CHECK(same(whole.state_dict(), sharded.state_dict()));  // a bad state changes nothing
     });
+  }
+
+  TEST_CASE("save_rows at W = 2 writes each rank's rows only; load_rows at W = 3 and W = 1 reads each rank's rows back") {
+    // Each rank of 2 saves its rows (no collective); the blocks are kept as the ranks' files would hold them.
+    std::mutex lock;
+    std::map<std::string, std::vector<std::pair<std::int64_t, at::Tensor>>> blocks;  // key: (first row, rows)
+    baton::test::run_ranks(2, [&](std::shared_ptr<Communicator> comm) {
+      auto model = small_model();
+      set_weights(model, 0);
+      ExponentialMovingAverage ema(*model, options(0.5, comm));
+      update_with_k_1_2_3(ema, model);
+      StateDict out;
+      const std::int64_t before = comm->collectives();
+      ema.save_rows(out, "ema/");
+      CHECK(comm->collectives() == before);
+      CHECK(out.tensor_keys().empty());
+      std::lock_guard<std::mutex> guard(lock);
+      for (const auto& key : out.row_keys()) {
+        std::int64_t first = 0;
+        at::Tensor rows = out.row_block(key, &first).clone();
+        blocks[key].emplace_back(first, rows);
+      }
+    });
+    // 8 floating tensors split over both ranks ([4, 5] and the six of [4] as 2 + 2 rows, [3, 4] and [3] as 2 + 1),
+    // and the counter once (rank 0): 17 blocks of 9 tensors.
+    std::size_t count = 0;
+    for (const auto& [key, list] : blocks) count += list.size();
+    CHECK(blocks.size() == 9);
+    CHECK(count == 17);
+    CHECK(blocks.at("ema/1.num_batches_tracked").size() == 1);
+    CHECK(blocks.at("ema/2.weight").at(0).second.size(0) + blocks.at("ema/2.weight").at(1).second.size(0) == 3);
+    // The whole tensors, put together here from the blocks by their first rows.
+    std::map<std::string, at::Tensor> whole;
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
+    for (auto& [key, list] : blocks) {
+      std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<at::Tensor> parts;
+      for (const auto& [first, rows] : list) parts.push_back(rows.dim() == 0 ? rows : rows);
+      whole[key] = parts.size() == 1 ? parts[0] : at::cat(parts);
+      shapes.emplace_back(key, whole[key].sizes().vec());
+    }
+    const auto reader = [&](std::vector<std::string>* asked) {
+      StateDict in;
+      in.attach_rows(shapes, [&whole, asked](const std::string& key, std::int64_t first, std::int64_t n) {
+        if (asked) asked->push_back(key + " " + std::to_string(first) + "+" + std::to_string(n));
+        const at::Tensor& t = whole.at(key);
+        return t.dim() == 0 ? t : t.narrow(0, first, n);
+      });
+      return in;
+    };
+    baton::test::run_ranks(3, [&](std::shared_ptr<Communicator> comm) {
+      auto model = small_model();
+      set_weights(model, 0);
+      ExponentialMovingAverage ema(*model, options(0.5, comm));
+      std::vector<std::string> asked;
+      StateDict in = reader(&asked);
+      CHECK(ema.saved_as_rows(in, "ema/"));
+      CHECK_FALSE(ema.saved_as_rows(in));
+      ema.load_rows(in, "ema/");
+      // Rank 2 of 3 holds rows [4, 4) of the [4, 5] weight (none: ceil(4 / 3) = 2), row 2 of the [3, 4] one.
+      if (comm->rank() == 2) {
+        CHECK(std::find(asked.begin(), asked.end(), "ema/2.weight 2+1") != asked.end());
+        for (const auto& a : asked) CHECK(a.rfind("ema/0.weight", 0) != 0);
+      }
+      check_closed_form(ema.state_dict());
+    });
+    auto model = small_model();
+    set_weights(model, 0);
+    ExponentialMovingAverage one(*model, options(0.5));
+    one.load_rows(reader(nullptr), "ema/");
+    check_closed_form(one.state_dict());
+    // A tensor of another shape: named, and the EMA left as it was.
+    shapes[0].second = {9, 5};
+    auto before = one.state_dict();
+    CHECK_THROWS_WITH_AS(one.load_rows(reader(nullptr), "ema/"), doctest::Contains("has shape [9, 5]"), Error);
+    CHECK(same(before, one.state_dict()));
   }
 }

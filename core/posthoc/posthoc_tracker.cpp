@@ -146,6 +146,11 @@ void PosthocTracker::save(StateDict& out) const {
   out.set_int(kProfilesKey, static_cast<std::int64_t>(profiles_.size()));
   for (std::size_t i = 0; i < profiles_.size(); ++i) {
     out.set_double(gamma_key(i), gammas_[i]);
+    // Sharded profiles: each rank its rows (the checkpoint writes each rank's file, no gather).
+    if (profiles_[i].sharded()) {
+      profiles_[i].save_rows(out, tensor_prefix(i));
+      continue;
+    }
     for (auto& [name, tensor] : profiles_[i].state_dict()) out.set_tensor(tensor_prefix(i) + name, tensor);
   }
 }
@@ -167,7 +172,10 @@ void PosthocTracker::load(const StateDict& in) {
     for (const auto& key : in.tensor_keys())
       if (key.rfind(prefix, 0) == 0) tensors.emplace_back(key.substr(prefix.size()), in.tensor(key));
     try {
-      profiles_[i].load_state_dict(tensors, /*strict=*/true);
+      if (profiles_[i].saved_as_rows(in, prefix))
+        profiles_[i].load_rows(in, prefix);
+      else
+        profiles_[i].load_state_dict(tensors, /*strict=*/true);
     } catch (const Error& e) {
       throw CheckpointError("the post-hoc EMA profile " + names_[i] + " in the checkpoint does not match the model: " +
                             e.what());

@@ -109,8 +109,21 @@ Scalar scalar_from_json(const std::string& key, const Json& value) {
 }  // namespace
 
 struct StateDict::Impl {
+  struct Rows {
+    at::Tensor block;  // set_rows'; undefined for rows held in files
+    std::int64_t first_row = 0;
+    std::vector<std::int64_t> shape;  // global
+  };
   OrderedMap<at::Tensor> tensors;
   OrderedMap<Scalar> scalars;
+  OrderedMap<Rows> rows;
+  RowReader read_rows;  // attach_rows'
+
+  const Rows& row_entry(const std::string& key) const {
+    const Rows* found = rows.find(key);
+    if (!found) throw CheckpointError("state dict has no row tensor '" + key + "'");
+    return *found;
+  }
 
   const Scalar& scalar(const std::string& key, const char* wanted) const {
     const Scalar* found = scalars.find(key);
@@ -171,10 +184,52 @@ bool StateDict::get_bool(const std::string& key) const { return impl_->get<bool>
 std::string StateDict::get_string(const std::string& key) const { return impl_->get<std::string>(key, "string"); }
 std::vector<std::string> StateDict::keys() const { return impl_->scalars.keys(); }
 
-bool StateDict::empty() const { return impl_->tensors.empty() && impl_->scalars.empty(); }
+void StateDict::set_rows(const std::string& key, const at::Tensor& rows, std::int64_t first_row) {
+  if (!rows.defined()) throw Error("state dict row tensor '" + key + "': the rows are undefined");
+  if (first_row < 0 || (rows.dim() == 0 && first_row != 0))
+    throw Error("state dict row tensor '" + key + "': first row " + std::to_string(first_row) +
+                (rows.dim() == 0 ? " of a 0-d tensor (must be 0)" : " is negative"));
+  std::vector<std::int64_t> shape = rows.sizes().vec();
+  if (!shape.empty()) shape[0] += first_row;
+  impl_->rows.set(key, Impl::Rows{rows, first_row, std::move(shape)});
+}
+std::vector<std::string> StateDict::row_keys() const { return impl_->rows.keys(); }
+bool StateDict::has_rows(const std::string& key) const { return impl_->rows.find(key) != nullptr; }
+at::Tensor StateDict::row_block(const std::string& key, std::int64_t* first_row) const {
+  const Impl::Rows& entry = impl_->row_entry(key);
+  if (!entry.block.defined()) throw CheckpointError("state dict row tensor '" + key + "' is held in files: read_rows reads it");
+  if (first_row) *first_row = entry.first_row;
+  return entry.block;
+}
+std::vector<std::int64_t> StateDict::rows_shape(const std::string& key) const { return impl_->row_entry(key).shape; }
+
+at::Tensor StateDict::read_rows(const std::string& key, std::int64_t first, std::int64_t count) const {
+  const Impl::Rows& entry = impl_->row_entry(key);
+  const std::int64_t all = entry.shape.empty() ? 1 : entry.shape[0];
+  if (first < 0 || count < 0 || first + count > all || (entry.shape.empty() && (first != 0 || count != 1)))
+    throw CheckpointError("state dict row tensor '" + key + "': rows [" + std::to_string(first) + ", " +
+                          std::to_string(first + count) + ") asked of a tensor of " + std::to_string(all) + " rows");
+  if (!entry.block.defined()) return impl_->read_rows(key, first, count);
+  if (entry.shape.empty()) return entry.block;
+  const std::int64_t held = entry.block.size(0);
+  if (first < entry.first_row || first + count > entry.first_row + held)
+    throw CheckpointError("state dict row tensor '" + key + "': rows [" + std::to_string(first) + ", " +
+                          std::to_string(first + count) + ") are not in its block of rows [" +
+                          std::to_string(entry.first_row) + ", " + std::to_string(entry.first_row + held) + ")");
+  return entry.block.narrow(0, first - entry.first_row, count);
+}
+
+void StateDict::attach_rows(std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes, RowReader read) {
+  for (auto& [key, shape] : shapes) impl_->rows.set(key, Impl::Rows{at::Tensor(), 0, std::move(shape)});
+  impl_->read_rows = std::move(read);
+}
+
+bool StateDict::empty() const { return impl_->tensors.empty() && impl_->scalars.empty() && impl_->rows.empty(); }
 void StateDict::clear() {
   impl_->tensors.clear();
   impl_->scalars.clear();
+  impl_->rows.clear();
+  impl_->read_rows = nullptr;
 }
 
 std::string StateDict::scalars_json() const {

@@ -156,4 +156,50 @@ TEST_SUITE("sdk") {
     CHECK(moved.keys().empty());
     CHECK(moved.tensor_keys().empty());
   }
+
+  TEST_CASE("StateDict row tensors: blocks set by a rank, rows read back from a block or from files") {
+    baton::StateDict saved;
+    // Rows 2..4 of a [6, 2] tensor, as rank 1 of 2 holds them (ceil(6 / 2) = 3 rows each).
+    const at::Tensor block = at::arange(6, at::kFloat).reshape({3, 2});
+    saved.set_rows("w", block, 3);
+    saved.set_rows("count", at::arange(1, at::kLong).reshape({}), 0);
+    CHECK(saved.row_keys() == std::vector<std::string>{"w", "count"});
+    CHECK(saved.has_rows("w"));
+    CHECK_FALSE(saved.has_tensor("w"));  // rows are not whole tensors
+    CHECK_FALSE(saved.empty());
+    std::int64_t first = -1;
+    CHECK(saved.row_block("w", &first).equal(block));
+    CHECK(first == 3);
+    CHECK(saved.rows_shape("w") == std::vector<std::int64_t>{6, 2});
+    CHECK(saved.rows_shape("count").empty());
+    // Rows 4..5 are the block's last two; row 2 is not in it.
+    CHECK(saved.read_rows("w", 4, 2).equal(block.narrow(0, 1, 2)));
+    CHECK(contains(error_text<baton::CheckpointError>([&] { saved.read_rows("w", 2, 2); }),
+                   "rows [2, 4) are not in its block of rows [3, 6)"));
+    CHECK(contains(error_text<baton::CheckpointError>([&] { saved.read_rows("w", 5, 2); }),
+                   "rows [5, 7) asked of a tensor of 6 rows"));
+    CHECK(contains(error_text<baton::Error>([&] { saved.set_rows("bad", at::zeros({}), 1); }), "of a 0-d tensor"));
+
+    // Read from files: the reader is asked for exactly the rows wanted, at the global shape attached.
+    baton::StateDict loaded;
+    loaded.set_bool("started", true);
+    std::vector<std::pair<std::string, std::int64_t>> asked;
+    const at::Tensor whole = at::arange(12, at::kFloat).reshape({6, 2});
+    loaded.attach_rows({{"w", {6, 2}}}, [&](const std::string& key, std::int64_t begin, std::int64_t count) {
+      asked.emplace_back(key, begin);
+      return whole.narrow(0, begin, count);
+    });
+    CHECK(loaded.row_keys() == std::vector<std::string>{"w"});
+    CHECK(loaded.rows_shape("w") == std::vector<std::int64_t>{6, 2});
+    CHECK(loaded.read_rows("w", 1, 2).equal(whole.narrow(0, 1, 2)));
+    CHECK(asked == std::vector<std::pair<std::string, std::int64_t>>{{"w", 1}});
+    CHECK(contains(error_text<baton::CheckpointError>([&] { loaded.row_block("w"); }), "held in files"));
+    CHECK(contains(error_text<baton::CheckpointError>([&] { loaded.read_rows("v", 0, 1); }), "no row tensor 'v'"));
+    // Copies share the files' reader; clear() drops it.
+    baton::StateDict copy = loaded;
+    CHECK(copy.read_rows("w", 5, 1).equal(whole.narrow(0, 5, 1)));
+    copy.clear();
+    CHECK(copy.empty());
+    CHECK_FALSE(copy.has_rows("w"));
+  }
 }

@@ -1,5 +1,6 @@
 #include "trainer/checkpointer.h"
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include <ATen/Context.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
@@ -171,8 +173,9 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   CheckpointData data = capture(files);
   last_save_batch_ = state_.progress.now.batch;
   state_.last_checkpoint = (fs::path(store_->dir()) / name).string();
-  if (sharded_) {
-    std::string path = write_sharded(name, data);
+  std::vector<RowFolder> folders = plugin_row_folders(data);
+  if (sharded_ || !folders.empty()) {
+    std::string path = write_sharded(name, data, std::move(folders));
     if (options_.rank != 0) return;
     state_.last_checkpoint = path;
   } else {
@@ -199,31 +202,55 @@ void Checkpointer::write(const std::string& name, const std::vector<std::pair<st
   }
 }
 
-// Each rank writes its two shard files (model/ and optimizer/, row_shards.h); then one all-gather tells every rank
-// what every rank wrote (or that it failed), which is also the barrier after which rank 0 may commit: meta.json lists
-// every rank's files with their sizes and checksums, so the checkpoint exists only once all of them are durable. A
-// last collective tells the other ranks whether rank 0's commit succeeded, so all ranks fail together and none
-// trains on believing a save that is not there. A rank that dies mid-save fails the collectives of the others.
-std::string Checkpointer::write_sharded(const std::string& name, const CheckpointData& data) {
+std::vector<Checkpointer::RowFolder> Checkpointer::plugin_row_folders(const CheckpointData& data) const {
+  std::vector<RowFolder> out;
+  Communicator* comm = options_.communicator.get();
+  for (const auto& [section, content] : data.sections) {
+    if (section.rfind("plugin/", 0) != 0) continue;
+    const std::string id = section.substr(7);
+    // Every rank takes part for every plugin: a rank holding no rows still writes its (empty) file.
+    const bool here = !content.row_keys().empty();
+    if (!(comm ? comm->any(here) : here)) continue;
+    if (id == "model" || id == "optimizer")
+      throw Error("plugin '" + id + "' keeps row tensors, whose folder would be the checkpoint's own " + id + "/");
+    RowFolder folder{id, {}, {}};
+    for (const std::string& key : content.row_keys()) {
+      std::int64_t first = 0;
+      at::Tensor rows = content.row_block(key, &first);
+      folder.blocks.push_back({key, rows, first});
+    }
+    out.push_back(std::move(folder));
+  }
+  return out;
+}
+
+// Each rank writes its files of the row folders (model/ and optimizer/ when sharded, and each plugin's of row
+// tensors; row_shards.h); then one all-gather tells every rank what every rank wrote (or that it failed), which is
+// also the barrier after which rank 0 may commit: meta.json lists every rank's files with their sizes and
+// checksums, so the checkpoint exists only once all of them are durable. A last collective tells the other ranks
+// whether rank 0's commit succeeded, so all ranks fail together and none trains on believing a save that is not
+// there. A rank that dies mid-save fails the collectives of the others.
+std::string Checkpointer::write_sharded(const std::string& name, const CheckpointData& data,
+                                        std::vector<RowFolder> folders) {
   const int rank = options_.rank, world = options_.world_size;
   const std::string target = (fs::path(store_->dir()) / name).string();
-  const std::vector<std::string> kinds = {"model", "optimizer"};
-  const auto row_shard = [](const std::vector<RowBlock>& blocks, const StateDict& scalars) {
-    return [&blocks, &scalars](const std::string& file) {
-      const RowShardDigest digest = write_row_shard_file(file, blocks, scalars);
-      return SharedFile{file, digest.file.bytes, digest.file.crc32, digest.header_crc32};
-    };
-  };
+  // The same list on every rank, whatever fails below: the exchange after it has one record per folder.
+  std::vector<std::string> kinds;
+  if (sharded_) kinds = {"model", "optimizer"};
+  for (const auto& folder : folders) kinds.push_back(folder.kind);
   std::vector<SharedFile> mine;
   std::exception_ptr failed;
   try {
-    const std::vector<RowBlock> model = sharding::model_blocks(*sharded_);
-    const StateDict no_scalars;
-    mine.push_back(store_->write_shared(name, sharding::shard_folder_file("model", rank), row_shard(model, no_scalars)));
-    const sharding::OptimizerBlocks optimizer =
-        sharding::optimizer_blocks(*sharded_, *optimizers_.front().optimizer);
-    mine.push_back(store_->write_shared(name, sharding::shard_folder_file("optimizer", rank),
-                                        row_shard(optimizer.blocks, optimizer.scalars)));
+    if (sharded_) {
+      sharding::OptimizerBlocks optimizer = sharding::optimizer_blocks(*sharded_, *optimizers_.front().optimizer);
+      folders.insert(folders.begin(), {RowFolder{"model", sharding::model_blocks(*sharded_), {}},
+                                       RowFolder{"optimizer", std::move(optimizer.blocks), std::move(optimizer.scalars)}});
+    }
+    for (const RowFolder& folder : folders)
+      mine.push_back(store_->write_shared(name, sharding::shard_folder_file(folder.kind, rank), [&](const std::string& file) {
+        const RowShardDigest digest = write_row_shard_file(file, folder.blocks, folder.scalars);
+        return SharedFile{file, digest.file.bytes, digest.file.crc32, digest.header_crc32};
+      }));
   } catch (...) {
     failed = std::current_exception();
   }
@@ -238,9 +265,9 @@ std::string Checkpointer::write_sharded(const std::string& name, const Checkpoin
   }
   Communicator* comm = options_.communicator.get();
   at::Tensor all = at::tensor(record, at::kLong);
-  // On the shards' device, as the backend needs (NCCL: CUDA tensors); a model with nothing to shard has none.
-  const auto& model = sharded_->model_parameters();
-  if (comm) all = comm->all_gather(model.empty() ? all : all.to(model.front().device())).cpu();
+  // On the model's device, as the backend needs (NCCL: CUDA tensors); a model with no parameters has none.
+  const auto parameters = module_.parameters();
+  if (comm) all = comm->all_gather(parameters.empty() ? all : all.to(parameters.front().device())).cpu();
   if (failed) std::rethrow_exception(failed);
   const std::int64_t* fields = all.data_ptr<std::int64_t>();
   std::vector<SharedFile> shared;
@@ -284,10 +311,57 @@ std::uint64_t bytes_of(const at::Tensor& t) { return static_cast<std::uint64_t>(
 
 }  // namespace
 
+struct Checkpointer::Loaded::RowTally {
+  std::vector<std::shared_ptr<const RowShardReader>> readers;
+  std::atomic<std::uint64_t> taken{0};
+};
+
+void Checkpointer::read_plugin_rows(Loaded& loaded) const {
+  const std::string what = "checkpoint " + loaded.path;
+  for (auto& [section, content] : loaded.data.sections) {
+    if (section.rfind("plugin/", 0) != 0) continue;
+    const std::vector<RowShardSource> files = sharding::folder_sources(loaded.data, loaded.path, section.substr(7));
+    if (files.empty()) continue;
+    if (!loaded.plugin_rows) loaded.plugin_rows = std::make_shared<Loaded::RowTally>();
+    auto reader = std::make_shared<const RowShardReader>(files, what);
+    loaded.plugin_rows->readers.push_back(reader);
+    // This rank's rows in a sharded run's layout at this world size (what a sharded EMA keeps), read now, so that a
+    // damaged file is found while --resume auto can still pass over the checkpoint; other rows on request.
+    std::vector<sharding::TensorSpec> specs;
+    for (const auto& [name, info] : reader->tensors()) specs.push_back({name, info.shape, info.dtype});
+    const sharding::Layout layout(specs, options_.rank, options_.world_size);
+    auto ahead = std::make_shared<std::map<std::string, RowBlock>>();
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
+    const auto read_rows = [reader](const std::string& key, std::int64_t first, std::int64_t count) {
+      const RowShardReader::Info& info = reader->tensors().at(key);
+      std::vector<std::int64_t> shape = info.shape;
+      if (!shape.empty()) shape[0] = count;
+      at::Tensor into = at::empty(shape, at::TensorOptions().dtype(info.dtype));
+      reader->read_rows(key, first, into);
+      return into;
+    };
+    for (const sharding::Slot& slot : layout.slots()) {
+      shapes.emplace_back(slot.name, slot.shape);
+      if (slot.held.count() > 0) (*ahead)[slot.name] = {slot.name, read_rows(slot.name, slot.held.begin, slot.held.count()), slot.held.begin};
+    }
+    std::shared_ptr<Loaded::RowTally> tally = loaded.plugin_rows;
+    content.attach_rows(std::move(shapes), [read_rows, ahead, tally](const std::string& key, std::int64_t first,
+                                                                      std::int64_t count) {
+      auto found = ahead->find(key);
+      const bool read_ahead = found != ahead->end() && found->second.first_row == first &&
+                              (found->second.rows.dim() == 0 ? 1 : found->second.rows.size(0)) == count;
+      at::Tensor rows = read_ahead ? found->second.rows : read_rows(key, first, count);
+      tally->taken += static_cast<std::uint64_t>(rows.numel()) * rows.element_size();
+      return rows;
+    });
+  }
+}
+
 Checkpointer::Loaded Checkpointer::read(const std::string& path, bool with_training_state) const {
   Loaded loaded;
   loaded.path = path;
   loaded.data = load_checkpoint(path, files_to_read());
+  read_plugin_rows(loaded);
   const std::vector<RowShardSource> model_files = sharding::folder_sources(loaded.data, path, "model");
   if (model_files.empty()) return loaded;
   loaded.in_folders = true;
@@ -484,14 +558,19 @@ void Checkpointer::apply(const Loaded& loaded, bool with_training_state) {
   restore_plugins(loaded.data, loaded.path);
   state_.last_checkpoint = loaded.path;
   engine_.fire(Event::after_load);
-  if (loaded.in_folders) report_reads(loaded);
+  if (loaded.in_folders || loaded.plugin_rows) report_reads(loaded);
 }
 
 // What each rank read of the shard folders against what it took from them, said by rank 0 for all (one small
 // all-gather): the measure of a resume that reads only its rows.
 void Checkpointer::report_reads(const Loaded& loaded) {
-  at::Tensor counts = at::tensor(std::vector<std::int64_t>{static_cast<std::int64_t>(loaded.bytes_read),
-                                                           static_cast<std::int64_t>(loaded.bytes_needed)},
+  std::uint64_t read_bytes = loaded.bytes_read, needed = loaded.bytes_needed;
+  if (loaded.plugin_rows) {
+    for (const auto& reader : loaded.plugin_rows->readers) read_bytes += reader->bytes_read();
+    needed += loaded.plugin_rows->taken.load();
+  }
+  at::Tensor counts = at::tensor(std::vector<std::int64_t>{static_cast<std::int64_t>(read_bytes),
+                                                           static_cast<std::int64_t>(needed)},
                                  at::kLong);
   if (Communicator* comm = options_.communicator.get()) {
     const auto parameters = module_.parameters();

@@ -73,6 +73,15 @@ class Checkpointer {
     std::optional<StateDict> optimizer;  // sharded: this rank's rows (load_optimizer_shard's form); else whole
     std::uint64_t bytes_read = 0;        // of the shard folders' files
     std::uint64_t bytes_needed = 0;      // what this rank takes of them
+    // Plugins' row tensors (StateDict::set_rows), read when the plugin asks: what their readers read and took.
+    struct RowTally;
+    std::shared_ptr<RowTally> plugin_rows;
+  };
+  /// A folder of row shard files a save writes, each rank its own file: model/, optimizer/, a plugin's.
+  struct RowFolder {
+    std::string kind;
+    std::vector<RowBlock> blocks;
+    StateDict scalars;
   };
 
   std::string name_at(TimeUnit unit) const;
@@ -84,7 +93,11 @@ class Checkpointer {
              const std::vector<std::function<void(const std::string&)>>& hooks);
   CheckpointData capture(const std::vector<std::pair<std::string, StateDict>>& files) const;
   /// A sharded save: every rank writes its shard files, the ranks exchange what they wrote, rank 0 commits.
-  std::string write_sharded(const std::string& name, const CheckpointData& data);
+  std::string write_sharded(const std::string& name, const CheckpointData& data, std::vector<RowFolder> folders);
+  /// The plugins' row tensors in `data`, one folder per plugin that has them on any rank (a collective).
+  std::vector<RowFolder> plugin_row_folders(const CheckpointData& data) const;
+  /// Attaches the row tensors of each plugin's folder to its section of `loaded`, this rank's rows already read.
+  void read_plugin_rows(Loaded& loaded) const;
   /// The files of a checkpoint this rank reads whole: all but the shard folders' (read in parts) and, in a checkpoint
   /// written before them, the other ranks' optimizer shards.
   FileFilter files_to_read() const;

@@ -85,6 +85,12 @@ Source read_source(const torch::nn::Module& module, const WeightsInit& init, con
     const StateDict* ema = nullptr;
     for (const auto& [file, content] : data.files)
       if (file == kEmaFile) ema = &content;
+    // A sharded EMA's checkpoint holds its average as the ranks' rows in ema/ instead of ema.safetensors.
+    const std::vector<RowShardSource> ema_rows = sharding::folder_sources(data, path, "ema");
+    if (!ema && !ema_rows.empty() && !want_raw) {
+      const RowShardReader reader(ema_rows, "checkpoint " + path);
+      return {"checkpoint \"" + path + "\" (its EMA weights, the ranks' rows in ema/)", model_named_tensors(reader)};
+    }
     if (want_ema && !ema)
       throw Error(key + "_weights = \"ema\": checkpoint \"" + path + "\" holds no EMA weights (" + kEmaFile +
                   "; the run had no ema plugin): use init_weights = \"raw\"");

@@ -86,10 +86,15 @@ class EmaAlgorithm final : public Algorithm {
 
   void state_dict(StateDict& out) const override {
     if (!ema_.initialized()) return;
-    // The average the checkpoint event just gathered for ema.safetensors, or (a collective when sharded) anew.
-    NamedTensors shadow = checkpoint_shadow_ ? std::move(*checkpoint_shadow_) : ema_.state_dict();
+    if (ema_.sharded()) {
+      // Each rank's rows, under the model's names: the checkpoint's ema/ folder, written by every rank at once.
+      ema_.save_rows(out);
+    } else {
+      // The average the checkpoint event just took for ema.safetensors, or anew.
+      NamedTensors shadow = checkpoint_shadow_ ? std::move(*checkpoint_shadow_) : ema_.state_dict();
+      for (auto& [name, tensor] : shadow) out.set_tensor(kShadowPrefix + name, tensor);
+    }
     checkpoint_shadow_.reset();
-    for (auto& [name, tensor] : shadow) out.set_tensor(kShadowPrefix + name, tensor);
     out.set_bool("started", started_);
     out.set_int("updates", updates_);
     out.set_double("smoothing", settings_.base_smoothing());
@@ -108,7 +113,11 @@ class EmaAlgorithm final : public Algorithm {
     for (const auto& key : in.tensor_keys())
       if (key.rfind(prefix, 0) == 0) shadow.emplace_back(key.substr(prefix.size()), in.tensor(key));
     try {
-      ema_.load_state_dict(shadow, /*strict=*/true);
+      // A sharded run's rows (at any world size: each rank reads its own), or the whole average.
+      if (ema_.saved_as_rows(in))
+        ema_.load_rows(in);
+      else
+        ema_.load_state_dict(shadow, /*strict=*/true);
     } catch (const Error& e) {
       throw CheckpointError(std::string("the EMA in the checkpoint does not match the model: ") + e.what());
     }
@@ -325,6 +334,13 @@ class EmaAlgorithm final : public Algorithm {
 
   void on_checkpoint(State& state, Logger&) {
     if (state.checkpoint == nullptr) return;
+    // A sharded EMA is saved as each rank's rows (state_dict) and never gathered for a checkpoint: the checkpoint's
+    // ema/ folder is its export (best/ and model.init put the file together from it), so before ema_start it holds
+    // the raw weights, as ema.safetensors would (the average is reset from them when it starts).
+    if (ema_.sharded()) {
+      if (!started_) ema_.reset(*model_);
+      return;
+    }
     NamedTensors weights = inference_weights(state);  // every rank: a sharded EMA gathers
     if (started_) checkpoint_shadow_ = weights;   // the same tensors serve state_dict right after
     state.checkpoint->add_tensors_file(kExportFile, export_file(weights));

@@ -26,6 +26,7 @@
 
 #include "baton/export.h"
 #include "baton/model_tensors.h"
+#include "baton/state_dict.h"
 
 namespace torch::nn {
 class Module;
@@ -114,6 +115,17 @@ class BATON_API ExponentialMovingAverage {
   /// initialised EMA). strict: every kept tensor must be present and none extra. Throws baton::Error naming the
   /// offending tensor. Sharded: each rank takes its rows of the whole EMA, saved at any world size (no collective).
   void load_state_dict(const std::vector<std::pair<std::string, at::Tensor>>& state, bool strict = true);
+
+  /// This rank's part of the average as row tensors of `out` (StateDict::set_rows, under prefix + name), with no
+  /// communication, for a checkpoint each rank writes its own file of: sharded, its rows of every sharded tensor and
+  /// (from rank 0 alone) the tensors every rank keeps whole; not sharded, every tensor whole.
+  void save_rows(StateDict& out, const std::string& prefix = "") const;
+  /// Whether `in` holds row tensors save_rows wrote (under prefix) rather than whole tensors.
+  bool saved_as_rows(const StateDict& in, const std::string& prefix = "") const;
+  /// Reads back what save_rows wrote at any world size: each rank only the rows it keeps (StateDict::read_rows), the
+  /// tensors kept whole whole. Every tensor must be there, of the EMA's global shape and dtype; throws baton::Error
+  /// naming the tensor, leaving the EMA as it was. No collective.
+  void load_rows(const StateDict& in, const std::string& prefix = "");
 
   const EmaOptions& options() const;
   void set_smoothing(double smoothing);  // throws baton::Error outside [0, 1]

@@ -118,7 +118,8 @@ class BATON_API PosthocTracker {
   /// Removes snapshots newer than time() (left by a run that went further than the checkpoint resumed from).
   void remove_snapshots_after_now(const std::filesystem::path& run_dir) const;
 
-  /// Profiles ("posthoc/<i>/<name>"), time and the last snapshot's time.
+  /// Profiles ("posthoc/<i>/<name>"; sharded ones as each rank's rows, ExponentialMovingAverage::save_rows), time and
+  /// the last snapshot's time.
   void save(StateDict& out) const;
   /// Whether `in` holds tracker state at all.
   static bool saved_in(const StateDict& in);
