@@ -113,7 +113,8 @@ def main():
 
     # baton -> Python.
     (work / "sharded.toml").write_text(CONFIG.format(name="sharded", batch=32, optimizer="adam", lr=0.01,
-                                                     duration="1ep", sharding="zero2"))
+                                                     duration="1ep", sharding="zero2")
+                                      + '[[plugins]]\nname = "ema"\nhalf_life = "4ba"\n')
     run([args.baton, "launch", "--nproc", "2", "train", "sharded.toml"], cwd=work)
     export = load_file(str(work / "runs/sharded/model.safetensors"))
     model_dir = str(work / "runs/sharded/checkpoints/ep1/model")
@@ -134,6 +135,13 @@ def main():
     for file in sorted(consolidated.glob("*.safetensors")):
         whole.update(load_file(str(file)))
     same(whole, export, "consolidate_safetensors_files")
+
+    # The EMA, sharded as the run is, is checkpointed as each rank's rows in ema/, named as the model's tensors: Python
+    # loads it as a model state dict. The checkpoint is the run's last, so it is the EMA baton exported at the end.
+    ema_dir = str(work / "runs/sharded/checkpoints/ep1/ema")
+    ema = {k: torch.zeros(s) for k, s in shapes.items()}
+    dcp.load(ema, storage_reader=HuggingFaceStorageReader(ema_dir), no_dist=True)
+    same(ema, load_file(str(work / "runs/sharded/ema.safetensors")), "dcp.load of the EMA's rows at 1 rank")
 
     # Python -> baton: weights in [1, 2), saved from 2 ranks.
     mine = {k: 1 + (torch.arange(v.numel(), dtype=torch.float32) % 97).reshape(v.shape) / 97
