@@ -160,12 +160,8 @@ void remove_unranked(const fs::path& best, const std::set<std::string>& ranked) 
 // A file a plugin names (ema.safetensors) that the checkpoint holds as that plugin's folder of row tensors instead
 // (a sharded run's ema/, each rank's rows): put together whole from the folder, its tensors named as the model's.
 bool put_together(const fs::path& checkpoint, const std::string& file, const fs::path& target) {
-  const std::string stem = fs::path(file).stem().string();
   const CheckpointData data = load_checkpoint(checkpoint.string(), [](const std::string&) { return false; });
-  std::vector<RowShardSource> sources;
-  for (const SharedFile& listed : data.listed)
-    if (listed.name.rfind(stem + "/", 0) == 0)
-      sources.push_back({(checkpoint / listed.name).string(), listed.bytes, listed.header_crc32, listed.name});
+  const std::vector<RowShardSource> sources = folder_sources(data, checkpoint.string(), fs::path(file).stem().string());
   if (sources.empty()) return false;
   const RowShardReader reader(sources, "checkpoint " + checkpoint.string());
   write_safetensors_atomic(target.string(), model_named_tensors(reader));

@@ -15,6 +15,7 @@
 
 #include "baton/error.h"
 #include "baton/text.h"
+#include "checkpoint/checkpoint_store.h"
 #include "checkpoint/safetensors_file.h"
 
 namespace baton {
@@ -370,6 +371,15 @@ NamedTensors model_named_tensors(const RowShardReader& reader) {
   NamedTensors out;
   for (const auto& [name, info] : reader.tensors())
     if (name.find('/') == std::string::npos) out.emplace_back(name, reader.read(name));
+  return out;
+}
+
+std::vector<RowShardSource> folder_sources(const CheckpointData& data, const std::string& path, const std::string& folder) {
+  std::vector<RowShardSource> out;
+  const std::string prefix = folder + "/";
+  for (const SharedFile& file : data.listed)
+    if (file.name.size() > prefix.size() && file.name.compare(0, prefix.size(), prefix) == 0)
+      out.push_back({path + "/" + file.name, file.bytes, file.header_crc32, file.name});
   return out;
 }
 

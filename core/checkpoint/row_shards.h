@@ -27,6 +27,7 @@
 namespace baton {
 
 class SafetensorsFile;
+struct CheckpointData;  // checkpoint_store.h
 
 /// A block of rows of a global tensor: `rows` holds rows [first_row, first_row + rows.size(0)) of tensor `name`
 /// along dim 0, whole along the other dims. A 0-d tensor is given whole (first_row 0).
@@ -60,6 +61,10 @@ struct RowShardSource {
   std::optional<std::uint32_t> header_crc32;
   std::string label;  // how errors name the file ("model/shard-..." in a checkpoint); empty: its path
 };
+
+/// The files of a checkpoint's folder `folder` ("model", "optimizer", a plugin's id), as its meta.json (`data`, read
+/// from the checkpoint at `path`) lists them with their sizes and header crc32s; empty when it has no such folder.
+std::vector<RowShardSource> folder_sources(const CheckpointData& data, const std::string& path, const std::string& folder);
 
 /// What ranks read of a set of row shard files against the bytes each took from them, one entry per rank, as the
 /// resume reports it and `baton checkpoint info` plans it: "rank 0 read 215.0 KiB for its 205.5 KiB (1.047 x); ...".

@@ -125,7 +125,7 @@ int run_checkpoint(const CheckpointArgs& args) {
   std::vector<std::unique_ptr<RowShardReader>> plugins;
   for (const auto& [name, entry] : folders) {
     const std::string kind = name.substr(0, name.size() - 1);
-    auto reader = std::make_unique<RowShardReader>(sharding::folder_sources(data, folder, kind), what);
+    auto reader = std::make_unique<RowShardReader>(folder_sources(data, folder, kind), what);
     if (kind == "model") model = std::move(reader);
     else if (kind == "optimizer") optimizer = std::move(reader);
     else plugins.push_back(std::move(reader));

@@ -53,18 +53,6 @@ std::string describe(const at::Tensor& t) { return std::string(c10::toString(t.s
 
 std::string shard_folder_file(const std::string& kind, int rank) { return kind + "/" + row_shard_file_name(rank); }
 
-bool in_shard_folder(const std::string& kind, const std::string& file) {
-  return file.rfind(kind + "/", 0) == 0 && file.size() > kind.size() + 1;
-}
-
-std::vector<RowShardSource> folder_sources(const CheckpointData& data, const std::string& path, const std::string& kind) {
-  std::vector<RowShardSource> out;
-  for (const SharedFile& file : data.listed)
-    if (in_shard_folder(kind, file.name))
-      out.push_back({path + "/" + file.name, file.bytes, file.header_crc32, file.name});
-  return out;
-}
-
 std::vector<RowBlock> model_blocks(const ShardedStep& step) {
   std::vector<RowBlock> out;
   for (const Slot& slot : step.layout().slots()) {

@@ -32,13 +32,6 @@ class ShardedStep;
 /// "model/shard-00002-model-00001-of-00001.safetensors" for kind "model", rank 1: the file of rank `rank` in the folder
 /// of `kind` ("model", "optimizer").
 std::string shard_folder_file(const std::string& kind, int rank);
-/// Whether `file` (a path in a checkpoint, as meta.json lists it) is in the folder of `kind`.
-bool in_shard_folder(const std::string& kind, const std::string& file);
-
-/// The files of the folder of `kind` of the checkpoint at `path` (`data` read from it), with what meta.json
-/// recorded of them, for a RowShardReader; empty for a checkpoint without that folder.
-std::vector<RowShardSource> folder_sources(const CheckpointData& data, const std::string& path, const std::string& kind);
-
 /// This rank's rows of the sharded parameters: the file shard_folder_file("model", rank) holds. Views of the live
 /// shards: write them out before the next step changes them.
 std::vector<RowBlock> model_blocks(const ShardedStep& step);

@@ -320,7 +320,7 @@ void Checkpointer::read_plugin_rows(Loaded& loaded) const {
   const std::string what = "checkpoint " + loaded.path;
   for (auto& [section, content] : loaded.data.sections) {
     if (section.rfind("plugin/", 0) != 0) continue;
-    const std::vector<RowShardSource> files = sharding::folder_sources(loaded.data, loaded.path, section.substr(7));
+    const std::vector<RowShardSource> files = folder_sources(loaded.data, loaded.path, section.substr(7));
     if (files.empty()) continue;
     if (!loaded.plugin_rows) loaded.plugin_rows = std::make_shared<Loaded::RowTally>();
     auto reader = std::make_shared<const RowShardReader>(files, what);
@@ -362,7 +362,7 @@ Checkpointer::Loaded Checkpointer::read(const std::string& path, bool with_train
   loaded.path = path;
   loaded.data = load_checkpoint(path, files_to_read());
   read_plugin_rows(loaded);
-  const std::vector<RowShardSource> model_files = sharding::folder_sources(loaded.data, path, "model");
+  const std::vector<RowShardSource> model_files = folder_sources(loaded.data, path, "model");
   if (model_files.empty()) return loaded;
   loaded.in_folders = true;
   const std::string what = "checkpoint " + path;
@@ -378,7 +378,7 @@ Checkpointer::Loaded Checkpointer::read(const std::string& path, bool with_train
     }
   }
   loaded.bytes_read += model.bytes_read();
-  const std::vector<RowShardSource> optimizer_files = sharding::folder_sources(loaded.data, path, "optimizer");
+  const std::vector<RowShardSource> optimizer_files = folder_sources(loaded.data, path, "optimizer");
   if (with_training_state && !optimizer_files.empty()) {
     const RowShardReader optimizer(optimizer_files, what);
     loaded.optimizer = sharded_ ? sharding::read_optimizer_rows(*sharded_, optimizer, what) : optimizer.read_all();

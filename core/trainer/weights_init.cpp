@@ -48,7 +48,7 @@ NamedTensors checkpoint_weights(const CheckpointData& data, const torch::nn::Mod
   NamedTensors out;
   if (const StateDict* saved = data.section("model"))
     for (const auto& key : saved->tensor_keys()) out.emplace_back(key, saved->tensor(key));
-  for (auto& item : whole_tensors(sharding::folder_sources(data, path, "model"), "checkpoint " + path))
+  for (auto& item : whole_tensors(folder_sources(data, path, "model"), "checkpoint " + path))
     out.push_back(std::move(item));
   NamedTensors full;
   for (const auto& [name, t] : named_model_tensors(module)) full.emplace_back(name, at::empty_like(t, at::kCPU));
@@ -86,7 +86,7 @@ Source read_source(const torch::nn::Module& module, const WeightsInit& init, con
     for (const auto& [file, content] : data.files)
       if (file == kEmaFile) ema = &content;
     // A sharded EMA's checkpoint holds its average as the ranks' rows in ema/ instead of ema.safetensors.
-    const std::vector<RowShardSource> ema_rows = sharding::folder_sources(data, path, "ema");
+    const std::vector<RowShardSource> ema_rows = folder_sources(data, path, "ema");
     if (!ema && !ema_rows.empty() && !want_raw) {
       const RowShardReader reader(ema_rows, "checkpoint " + path);
       return {"checkpoint \"" + path + "\" (its EMA weights, the ranks' rows in ema/)", model_named_tensors(reader)};
