@@ -64,10 +64,10 @@ def lr_factor(batch, total, warmup=200, floor=0.02):
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def evaluate(model, images, labels, batch_size, channels_last):
+def evaluate(model, images, labels, batch_size, channels_last, autocast):
     model.eval()
     correct, loss_sum = 0, 0.0
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), autocast():
         for i in range(0, len(images), batch_size):
             x = images[i:i + batch_size]
             if channels_last:
@@ -89,19 +89,26 @@ def main():
     p.add_argument("--label-smoothing", type=float, default=0.0, help="cross entropy's label smoothing")
     p.add_argument("--out", default="runs/python_main_job", help="checkpoint folder")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads; 0: one per core, as baton")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the model and the data live")
+    p.add_argument("--precision", default="amp_bf16", choices=["amp_bf16", "fp32"],
+                   help="bf16 autocast for the forward pass and the loss (as baton's amp_bf16), or none")
     p.add_argument("--steps-only", action="store_true",
                    help="the training steps alone (no EMA, evaluation or checkpoints): the floor both jobs share")
     args = p.parse_args()
 
     torch.manual_seed(42)
     torch.set_num_threads(args.threads or os.cpu_count())
-    train_x, train_y = load(args.data, "train")
-    test_x, test_y = load(args.data, "t10k")
+    device = torch.device(args.device)
+    train_x, train_y = (t.to(device) for t in load(args.data, "train"))
+    test_x, test_y = (t.to(device) for t in load(args.data, "t10k"))
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "amp_bf16")
     batch_size, eval_batch_size = 128, 1000
     batches_per_epoch = math.ceil(len(train_x) / batch_size)
     total = batches_per_epoch * args.epochs
 
-    model = ConvNet().to(memory_format=torch.channels_last)
+    model = ConvNet().to(device, memory_format=torch.channels_last)
     ema = copy.deepcopy(model)
     ema_started = False
     smoothing = 0.5 ** (1 / args.half_life)
@@ -112,12 +119,12 @@ def main():
 
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        order = torch.randperm(len(train_x), generator=generator)
+        order = torch.randperm(len(train_x), generator=generator).to(device)
         for i in range(0, len(train_x), batch_size):
             idx = order[i:i + batch_size]
             x = train_x[idx].contiguous(memory_format=torch.channels_last)
             y = train_y[idx]
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with autocast():
                 loss = F.cross_entropy(model(x), y, label_smoothing=args.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -140,8 +147,8 @@ def main():
             print(f"epoch {epoch + 1}/{args.epochs}: train/loss {loss.item():.4f} "
                   f"({time.perf_counter() - start:.1f} s)", flush=True)
             continue
-        ema_loss, ema_acc = evaluate(ema if ema_started else model, test_x, test_y, eval_batch_size, True)
-        raw_loss, raw_acc = evaluate(model, test_x, test_y, eval_batch_size, True)
+        ema_loss, ema_acc = evaluate(ema if ema_started else model, test_x, test_y, eval_batch_size, True, autocast)
+        raw_loss, raw_acc = evaluate(model, test_x, test_y, eval_batch_size, True, autocast)
         print(f"epoch {epoch + 1}/{args.epochs}: train/loss {loss.item():.4f} eval/accuracy {ema_acc:.4f} "
               f"eval_raw/accuracy {raw_acc:.4f} ({time.perf_counter() - start:.1f} s)", flush=True)
         path = os.path.join(args.out, f"ep{epoch + 1}.pt")

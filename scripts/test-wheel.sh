@@ -19,49 +19,19 @@ python=${BATON_WHEEL_PYTHON:-/usr/bin/python3}
 started=$SECONDS
 
 fail() { echo "test-wheel: $*" >&2; exit 1; }
+source scripts/wheel-venv.sh
 [[ -x $python ]] || fail "no interpreter at $python (set BATON_WHEEL_PYTHON)"
 py=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+find_nvcc || fail "the CUDA toolkit is missing"
 
-# nvcc: on PATH, or in the CUDA toolkit's usual folder. LibTorch's CMake configuration enables CUDA with it.
-if ! command -v nvcc >/dev/null; then
-  for dir in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
-    [[ -x $dir/nvcc ]] && { export PATH=$dir:$PATH; break; }
-  done
-fi
-command -v nvcc >/dev/null || fail "no nvcc on PATH or in /usr/local/cuda*/bin: a CUDA LibTorch's CMake needs the CUDA toolkit"
-
-# Debian's python3 makes virtual environments only with python3-venv (ensurepip).
-if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-  sudo=""; [[ $(id -u) -eq 0 ]] || sudo=sudo
-  echo "test-wheel: installing python3-venv (for the wheel's virtual environment)"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
-fi
-
-wheels=$cache/wheels
 venv=${BATON_WHEEL_VENV:-$cache/venv-torch$torch_version-py$py}
-mkdir -p "$wheels"
-if [[ ! -f $venv/.ready ]]; then
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  tag=cp${py/./}
-  if ! compgen -G "$wheels/torch-$torch_version-$tag-*.whl" >/dev/null || ! compgen -G "$wheels/numpy-*-$tag-*.whl" >/dev/null; then
-    echo "test-wheel: downloading torch $torch_version and its CUDA packages into $wheels (once)"
-    "$venv/bin/pip" download -q --dest "$wheels" "torch==$torch_version" numpy
-  fi
-  # numpy: the TorchScript test reads tensors' bytes through it.
-  "$venv/bin/pip" install -q --no-index --find-links "$wheels" "torch==$torch_version" numpy
-  touch "$venv/.ready"
-fi
-# safetensors: torch.distributed.checkpoint's safetensors storage reads through it (tests/dcp_interop_test.py); added
-# to environments made before that test.
-if ! "$venv/bin/python" -c 'import safetensors' 2>/dev/null; then
-  compgen -G "$wheels/safetensors-*.whl" >/dev/null || "$venv/bin/pip" download -q --dest "$wheels" safetensors
-  "$venv/bin/pip" install -q --no-index --find-links "$wheels" safetensors
-fi
+# numpy: the TorchScript test reads tensors' bytes through it. safetensors: torch.distributed.checkpoint's
+# safetensors storage reads through it (tests/dcp_interop_test.py).
+wheel_venv "$venv" "$cache/wheels" "$python" "torch==$torch_version" numpy safetensors
 echo "test-wheel: torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)') in $venv ($((SECONDS - started)) s)"
 
 # As PyTorch's users find its LibTorch.
-torch_dir="$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch"
+torch_dir=$(wheel_torch_dir "$venv")
 BATON_BUILD_DIR=build-wheel scripts/build.sh -DTorch_DIR="$torch_dir" -DPython3_EXECUTABLE="$venv/bin/python" \
   -DBATON_NCCL=ON
 echo "test-wheel: built in $((SECONDS - started)) s"
