@@ -31,7 +31,7 @@
 //            zero3_tensor_peak_vs_formula=...
 //            sent_vs_ring=... zero1_step_vs_ddp=... zero2_step_vs_ddp=... zero3_state_vs_formula=...
 //            zero3_peak_vs_formula=... zero3_sent_vs_ring=... zero3_step_vs_ddp=...   (at W = 2)
-//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] [--cpu-allocator caching|system] [--rounds 3]
+//   bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] [--cpu-allocator caching|compact|system] [--rounds 3]
 // The step ratios at W = 2 are of each mode's median over `rounds` runs, the modes run alternately.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -179,7 +179,7 @@ int run_rank(int rank, int world, const std::string& mode, int port, int steps, 
              const std::string& cpu_allocator) {
   const std::int64_t rss_before = status_kib("VmHWM:");
   const std::int64_t file_before = status_kib("RssFile:");
-  baton::memory::use_cpu_cache(cpu_allocator == "caching");  // as the trainer does during fit()
+  baton::memory::use_cpu_allocator(cpu_allocator);  // as the trainer does during fit()
   static CountingAllocator counting(c10::GetCPUAllocator());
   c10::SetCPUAllocator(&counting, /*priority=*/100);
   const std::int64_t live_before = counting.live();
@@ -378,10 +378,11 @@ int main(int argc, char** argv) {
     else if (key == "--worlds") worlds = value;
     else if (key == "--bucket-mb") bucket_mb = std::max(1, std::stoi(value));
     else if (key == "--rounds") rounds = std::max(1, std::stoi(value));
-    else if (key == "--cpu-allocator" && (value == "caching" || value == "system")) cpu_allocator = value;
+    else if (key == "--cpu-allocator" && (value == "caching" || value == "compact" || value == "system"))
+      cpu_allocator = value;
     else {
       std::fprintf(stderr, "usage: bench_sharding [--steps N] [--worlds 1,2,4] [--bucket-mb 4] "
-                           "[--cpu-allocator caching|system] [--rounds 3]\n");
+                           "[--cpu-allocator caching|compact|system] [--rounds 3]\n");
       return 2;
     }
   }

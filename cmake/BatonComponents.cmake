@@ -70,3 +70,31 @@ function(baton_component)
     add_test(NAME ${C_NAME} COMMAND ${C_NAME}_tests --no-intro=true)
   endif()
 endfunction()
+
+# baton_cuda_compile_check(<name> SOURCES <files> [INCLUDES <folders>] [DEFINITIONS <definitions>])
+# Where baton's LibTorch has no CUDA (Debian's), the sources that a CUDA LibTorch compiles in still compile here, as
+# an object library linked into nothing, against the CUDA toolkit's headers when this machine has them, so that a
+# change that breaks the CUDA build shows on every platform. Debian's LibTorch headers lack the one file its CUDA
+# build generates (c10/cuda/impl/cuda_cmake_macros.h); a stand-in supplies it for these checks only. Sets
+# <name>_CHECKED in the caller's scope (whether the check was added).
+function(baton_cuda_compile_check name)
+  cmake_parse_arguments(C "" "" "SOURCES;INCLUDES;DEFINITIONS" ${ARGN})
+  find_package(CUDAToolkit QUIET)
+  set(${name}_CHECKED OFF PARENT_SCOPE)
+  if(NOT CUDAToolkit_FOUND)
+    return()
+  endif()
+  set(stand_in ${CMAKE_BINARY_DIR}/cuda-header-stand-in)
+  if(NOT EXISTS ${stand_in}/c10/cuda/impl/cuda_cmake_macros.h)
+    file(WRITE ${stand_in}/c10/cuda/impl/cuda_cmake_macros.h
+      "#pragma once\n// Stand-in for the header a CUDA build of LibTorch generates; compile check only.\n"
+      "#define C10_CUDA_BUILD_SHARED_LIBS\n")
+  endif()
+  add_library(${name} OBJECT ${C_SOURCES})
+  target_include_directories(${name} PRIVATE
+    ${PROJECT_SOURCE_DIR}/core ${PROJECT_SOURCE_DIR}/core/sdk/include ${PROJECT_SOURCE_DIR}/core/include
+    ${PROJECT_SOURCE_DIR}/events/include ${stand_in} ${CUDAToolkit_INCLUDE_DIRS} ${C_INCLUDES})
+  target_include_directories(${name} SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
+  target_compile_definitions(${name} PRIVATE USE_CUDA ${C_DEFINITIONS})
+  set(${name}_CHECKED ON PARENT_SCOPE)
+endfunction()

@@ -7,7 +7,8 @@
 #   BATON_CHECK_DIR      build and scratch folder (default build-gpu)
 #   BATON_CHECK_DEPS     where the bundle is unpacked (default ~/.cache/baton/gpu-check-deps; outside the checkout)
 #   BATON_CHECK_DEVICE   cuda (default where torch sees a GPU) or cpu: the same path on a machine without one
-#   BATON_CHECK_PARTS    the parts to run (default, in this order: "amp_bf16 amp_fp16 nccl sharding bench_ema tests";
+#   BATON_CHECK_PARTS    the parts to run (default, in this order: "amp_bf16 amp_fp16 nccl sharding bench_ema graphs
+#                        speed tests";
 #                        also "diffusion", not in the default: minutes of training)
 #   BATON_CHECK_DATA     the folder holding fashion-mnist/ for the diffusion part (default /usr/share/datasets)
 #   BATON_CHECK_DIFFUSION  more `baton train` arguments for the diffusion part, as shell words (e.g.
@@ -21,6 +22,10 @@
 #             zero3 (units gathered per layer, recomputed in the backward on the device):
 #             the evaluations agree across modes (relative 1e-3) and the sharded runs write shard files
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
+#   graphs    the convnet run with trainer.cuda_graphs false and true: the step recorded, equal weights within 1e-4
+#             relative, graphs_vs_plain (training time)
+#   speed     the main job on the GPU: baton plain and with graphs, bench/python_main_job.py and (when it imports)
+#             bench/composer_main_job.py on this torch: graphs_vs_plain, baton_vs_python_gpu, baton_vs_composer_gpu
 #   diffusion configs/fashion_mnist_ddpm.toml on the device (bench/diffusion_bench.sh: EMA and raw Frechet distances),
 #             the feature classifier from runs/fashion_mnist/model.safetensors, trained on the device when absent
 #   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
@@ -32,7 +37,7 @@ source_dir=$PWD
 bundle=$(realpath -m "${1:-build-bundle/baton-offline-deps.tar.xz}")
 dir=$(realpath -m "${BATON_CHECK_DIR:-build-gpu}")
 python=$(command -v "${PYTHON:-python3}" || true)
-parts=${BATON_CHECK_PARTS:-amp_bf16 amp_fp16 nccl sharding bench_ema tests}
+parts=${BATON_CHECK_PARTS:-amp_bf16 amp_fp16 nccl sharding bench_ema graphs speed tests}
 jobs=${BATON_JOBS:-$(nproc)}
 passed=0
 failed=0
@@ -289,6 +294,122 @@ check_diffusion() {
   fi
 }
 
+# --- the training step as one CUDA graph: the same run recorded and not ---
+# Two runs of the convnet (Adam, the EMA, 2 epochs of 32 batches of 64) from the same seed, trainer.cuda_graphs
+# false and true: the graphs run must say it recorded the step, and its final weights and EMA must equal the plain
+# run's within 1e-4 relative (the recorded optimizer step rounds like LibTorch's within one rounding; cuDNN may pick
+# other algorithms under a recording); the training time of each, from speed_monitor.
+graph_run() {  # graph_run <name> <true|false>: trains into $dir/graphs-<name>, prints its wall_clock/train
+  local run=$dir/graphs-$1
+  rm -rf "$run" && mkdir -p "$run"
+  convnet_config "$device" amp_bf16 $'[[plugins]]\nname = "speed_monitor"' > "$run/run.toml"
+  (cd "$run" && "$baton" train run.toml --set "trainer.cuda_graphs=$2") > "$run/train.log" 2>&1 || return 1
+  "$python" - "$run" <<'EOF'
+import json, pathlib, sys
+last = {}
+for p in pathlib.Path(sys.argv[1]).rglob("metrics.jsonl"):
+    for line in open(p):
+        last.update(json.loads(line))
+print(last.get("wall_clock/train", 0))
+EOF
+}
+check_graphs() {
+  local plain graphs started=$SECONDS compare ratio
+  if [[ $device != cuda* ]]; then
+    result graphs skipped "CUDA graphs need a CUDA device"
+    return
+  fi
+  build_targets "$dir/build.log" speed_monitor
+  plain=$(graph_run plain false) || { tail -15 "$dir/graphs-plain/train.log"; result graphs fail "the plain run failed"; return; }
+  graphs=$(graph_run graphs true) || { tail -15 "$dir/graphs-graphs/train.log"; result graphs fail "the graphs run failed"; return; }
+  if ! grep -q "recorded the training step" "$dir/graphs-graphs/train.log"; then
+    grep "cuda_graphs" "$dir/graphs-graphs/train.log" | tail -5
+    result graphs fail "the run did not record its step (log: $dir/graphs-graphs/train.log)"
+    return
+  fi
+  compare=$("$python" - "$dir/graphs-plain" "$dir/graphs-graphs" <<'EOF'
+import json, pathlib, struct, sys, torch
+def read(path):  # safetensors: an 8-byte header length, a JSON header, the raw data
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}[t["dtype"]]
+        a, b = t["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=dtype).reshape(t["shape"])
+    return out
+worst = {}
+for file in ("model.safetensors", "ema.safetensors"):
+    a = read(next(pathlib.Path(sys.argv[1]).rglob(file)))
+    b = read(next(pathlib.Path(sys.argv[2]).rglob(file)))
+    worst[file] = max(((a[k].double() - b[k].double()).abs().max() / (a[k].double().abs().max() + 1e-12)).item()
+                      for k in a)
+print(" ".join(f"{k.split('.')[0]}_rel={v:.3g}" for k, v in worst.items()), int(max(worst.values()) <= 1e-4))
+EOF
+) || { result graphs fail "could not compare the runs' weights"; return; }
+  ratio=$(awk -v g="$graphs" -v p="$plain" 'BEGIN {printf "%.4f", (p > 0) ? g / p : 0}')
+  if [[ ${compare##* } == 1 ]]; then
+    result graphs ok "device=$device seconds=$((SECONDS - started)) plain_train_s=$plain graphs_train_s=$graphs graphs_vs_plain=$ratio ${compare% *}"
+  else
+    result graphs fail "device=$device the recorded run's weights differ: ${compare% *} (runs: $dir/graphs-*)"
+  fi
+}
+
+# --- speed: the main job on the GPU, baton (plain and recorded) against a PyTorch loop and Composer ---
+# The same torch for all: baton built against it, bench/python_main_job.py and bench/composer_main_job.py on its
+# python (Composer when it imports there: this machine reaches no package registry). amp_bf16 for every run; whole
+# process wall times. RESULT speed ... graphs_vs_plain=<graphs / plain> baton_vs_python_gpu=<baton / the loop>
+# baton_vs_composer_gpu=<baton / Composer>, and each run's final EMA accuracy.
+check_speed() {
+  local data=${BATON_CHECK_DATA:-/usr/share/datasets} started=$SECONDS runs=$dir/speed t0 line name
+  if [[ $device != cuda* ]]; then
+    result speed skipped "the GPU speed part needs a CUDA device"
+    return
+  fi
+  if [[ ! -d $data/fashion-mnist ]]; then
+    result speed skipped "no $data/fashion-mnist (BATON_CHECK_DATA)"
+    return
+  fi
+  build_targets "$dir/build.log" channels_last
+  rm -rf "$runs" && mkdir -p "$runs"
+  local -A seconds=() accuracy=()
+  elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}'; }
+  for name in plain graphs; do
+    t0=$(date +%s.%N)
+    if ! "$baton" train configs/fashion_mnist.toml --quiet --set "run.dir=$runs" --set "run.name=$name" \
+         --set "data.path=$data/fashion-mnist" --set "trainer.device=$device" --set trainer.precision=amp_bf16 \
+         --set trainer.progress=false --set "trainer.cuda_graphs=$([[ $name == graphs ]] && echo true || echo false)" \
+         > "$runs/$name.log" 2>&1; then
+      tail -15 "$runs/$name.log"
+      result speed fail "baton ($name) failed (log: $runs/$name.log)"
+      return
+    fi
+    seconds[$name]=$(elapsed "$t0")
+    accuracy[$name]=$(grep -o '"eval/accuracy": *[0-9.]*' "$runs/$name/metrics.jsonl" | tail -1 | grep -o '[0-9.]*$')
+  done
+  t0=$(date +%s.%N)
+  if "$python" bench/python_main_job.py --data "$data/fashion-mnist" --device cuda --out "$runs/python" > "$runs/python.log" 2>&1; then
+    seconds[python]=$(elapsed "$t0")
+    accuracy[python]=$(tail -1 "$runs/python.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
+  fi
+  if "$python" -c 'import composer' 2>/dev/null; then
+    t0=$(date +%s.%N)
+    if "$python" bench/composer_main_job.py --data "$data/fashion-mnist" --device gpu --precision amp_bf16 \
+         --out "$runs/composer" > "$runs/composer.log" 2>&1; then
+      seconds[composer]=$(elapsed "$t0")
+      accuracy[composer]=$(tail -1 "$runs/composer.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
+    fi
+  fi
+  ratio() { [[ -n ${seconds[$2]:-} ]] && awk -v a="${seconds[$1]}" -v b="${seconds[$2]}" 'BEGIN {printf "%.4f", a / b}' || echo none; }
+  line="device=$device seconds=$((SECONDS - started))"
+  for name in plain graphs python composer; do line+=" ${name}_s=${seconds[$name]:-none} ${name}_ema=${accuracy[$name]:-none}"; done
+  line+=" graphs_vs_plain=$(ratio graphs plain) baton_vs_python_gpu=$(ratio plain python) baton_vs_composer_gpu=$(ratio plain composer)"
+  result speed ok "$line"
+}
+
 # --- the test suite ---
 # A few test cases compare with Debian's reference tools (its dataset packages, scikit-learn's data files, numpy and
 # scipy in /usr/bin/python3). A machine without them skips those cases (BATON_TEST_WITHOUT_DEBIAN=1), and says so.
@@ -322,8 +443,10 @@ for part in $parts; do
     sharding) check_sharding ;;
     bench_ema) check_bench_ema ;;
     diffusion) check_diffusion ;;
+    graphs) check_graphs ;;
+    speed) check_speed ;;
     tests) check_tests ;;
-    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl sharding bench_ema diffusion tests)" ;;
+    *) result "$part" fail "no such part (BATON_CHECK_PARTS: amp_bf16 amp_fp16 nccl sharding bench_ema graphs speed diffusion tests)" ;;
   esac
 done
 finish

@@ -142,6 +142,27 @@ allow_insecure = true
     CHECK(moved.key == "trainer.precision");
   }
 
+  TEST_CASE("trainer.cuda_graphs: refused at the key where a recorded step cannot be, before anything runs") {
+    CHECK_FALSE(parse("[trainer]\ndevice = \"cuda\"\n").settings.cuda_graphs);
+    CHECK(parse("[trainer]\ndevice = \"cuda:1\"\ncuda_graphs = true\nprecision = \"amp_bf16\"\n").settings.cuda_graphs);
+    Failure cpu = failure("[trainer]\ncuda_graphs = true\n");
+    CHECK(cpu.key == "trainer.cuda_graphs");
+    CHECK(cpu.line == 2);
+    CHECK(contains(cpu.what, "expected false on the device \"cpu\" (a CUDA graph records GPU work"));
+    Failure fp16 = failure("[trainer]\ndevice = \"cuda\"\nprecision = \"amp_fp16\"\ncuda_graphs = true\n");
+    CHECK(fp16.key == "trainer.cuda_graphs");
+    CHECK(contains(fp16.what, "loss scaler decides on the host"));
+    Failure micro =
+        failure("[data]\nbatch_size = 64\n[trainer]\ndevice = \"cuda\"\nmicrobatch_size = 16\ncuda_graphs = true\n");
+    CHECK(contains(micro.what, "microbatch_size 16"));
+    // microbatch_size at or above the batch is the whole batch: one forward and backward, recordable.
+    CHECK(parse("[data]\nbatch_size = 64\n[trainer]\ndevice = \"cuda\"\nmicrobatch_size = 64\ncuda_graphs = true\n")
+              .settings.cuda_graphs);
+    Failure sharded =
+        failure("[trainer]\ndevice = \"cuda\"\ncuda_graphs = true\n[distributed]\nsharding = \"zero2\"\n");
+    CHECK(contains(sharded.what, "under distributed.sharding"));
+  }
+
   TEST_CASE("the checkpoint folder follows the run's") {
     CHECK(parse("[run]\ndir = \"r\"\nname = \"n\"").settings.checkpoint_dir == "r/n/checkpoints");
   }

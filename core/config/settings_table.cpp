@@ -52,8 +52,28 @@ std::string fp16_on_cuda(const S& s) {
          "\" (amp_fp16 needs a CUDA device; on the CPU use amp_bf16, which needs no loss scaling)";
 }
 
+// What a recorded step cannot hold, among the settings (trainer_setup.cpp checks the rest: the process group, the
+// optimizer, the plugins, and a LibTorch without CUDA).
+std::string graphs_recordable(const S& s) {
+  if (!s.cuda_graphs) return "";
+  const std::string why = "false";
+  if (!is_cuda(s.device))
+    return why + " on the device \"" + s.device + "\" (a CUDA graph records GPU work: set trainer.device = \"cuda\")";
+  if (s.precision == Precision::amp_fp16)
+    return why + " with precision \"amp_fp16\" (its loss scaler decides on the host, after each step, whether to "
+                 "step: use amp_bf16)";
+  if (s.microbatch_size > 0 && s.microbatch_size < s.batch_size)
+    return why + " with microbatch_size " + std::to_string(s.microbatch_size) + " (the graph records one forward " +
+           "and backward per batch: leave microbatch_size at 0)";
+  if (s.sharding != Sharding::none)
+    return why + " under distributed.sharding (the shards' collectives are not recorded: use sharding \"none\")";
+  return "";
+}
+
 std::string allocator_name(const S& s) {
-  return s.cpu_allocator == "caching" || s.cpu_allocator == "system" ? "" : "\"caching\" or \"system\"";
+  return s.cpu_allocator == "caching" || s.cpu_allocator == "compact" || s.cpu_allocator == "system"
+             ? ""
+             : "\"caching\", \"compact\" or \"system\"";
 }
 
 std::string prefetch_covers_workers(const S& s) {
@@ -86,6 +106,7 @@ const std::vector<Setting>& settings() {
       {"trainer", "cpu_allocator", "cpu_allocator", &S::cpu_allocator, related(allocator_name)},
       {"trainer", "precision", "precision", &S::precision, related(fp16_on_cuda)},
       {"trainer", "microbatch_size", "microbatch_size", &S::microbatch_size, at_least(0)},
+      {"trainer", "cuda_graphs", "cuda_graphs", &S::cuda_graphs, related(graphs_recordable)},
       {"trainer", "log_interval", "log_interval", &S::log_interval, time_in({U::batch}, true)},
       {"trainer", "progress", "progress", &S::progress, {}},
       {"trainer", "allow_nonfinite", "allow_nonfinite", &S::allow_nonfinite, {}},

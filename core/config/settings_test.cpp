@@ -153,7 +153,7 @@ TEST_SUITE("settings") {
     s = {};
     s.cpu_allocator = "jemalloc";
     CHECK(only_problem(s) ==
-          "trainer.cpu_allocator (cpu_allocator): expected \"caching\" or \"system\", got \"jemalloc\"");
+          "trainer.cpu_allocator (cpu_allocator): expected \"caching\", \"compact\" or \"system\", got \"jemalloc\"");
     s.cpu_allocator = "system";
     CHECK(problems(s).empty());
     s = {};

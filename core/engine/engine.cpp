@@ -72,7 +72,22 @@ void Engine::order_dispatch() {
   }
 }
 
-void Engine::fire(Event event) {
+void Engine::set_capturable(const std::string& id) {
+  for (auto& e : entries_)
+    if (e.id == id) e.capturable = true;
+}
+
+std::vector<std::string> Engine::uncapturable_handlers(const std::vector<Event>& events) const {
+  std::vector<std::string> out;
+  for (const Event event : events)
+    for (std::size_t i : dispatch_[static_cast<std::size_t>(event)]) {
+      const EngineEntry& e = entries_[subscriptions_[i].entry];
+      if (!e.internal && !e.capturable) out.push_back(e.id + "/" + std::string(event_name(event)));
+    }
+  return out;
+}
+
+void Engine::fire(Event event, EngineSide side) {
   if (closed_)
     throw Error("event " + std::string(event_name(event)) + " fired after the engine was closed");
   // The event, and each handler within it, as LibTorch's user scopes "event/<name>" and "plugin/<id>/<name>": a
@@ -81,6 +96,7 @@ void Engine::fire(Event event) {
   RECORD_USER_SCOPE("event/" + std::string(event_name(event)));
   for (std::size_t i : dispatch_[static_cast<std::size_t>(event)]) {
     const Subscription& s = subscriptions_[i];
+    if (side != EngineSide::all && entries_[s.entry].capturable != (side == EngineSide::capturable)) continue;
     const std::string& id = entries_[s.entry].id;
     if (s.match && !call_plugin([&] { return s.match(state_); }, [&] {
           return "plugin '" + id + "' failed in match() on event " + std::string(event_name(event));

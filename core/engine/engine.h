@@ -47,7 +47,13 @@ struct EngineEntry {
   /// The trainer's own reporting run as a callback (its progress and train/loss): not a plugin, so its calls are
   /// neither traced nor guarded, and its errors reach the user as they are (a metrics file that cannot be written).
   bool internal = false;
+  /// Declarations::capturable: its handlers of the step's events may be recorded into a CUDA graph.
+  bool capturable = false;
 };
+
+/// Which handlers an event reaches (trainer.cuda_graphs splits batch_end: the capturable plugins' handlers are
+/// recorded with the step, the others run after it).
+enum class EngineSide { all, capturable, uncapturable };
 
 class Engine {
  public:
@@ -58,8 +64,14 @@ class Engine {
   void add(EngineEntry entry);
   const std::vector<EngineEntry>& entries() const { return entries_; }
 
-  /// Fires one event to the handlers subscribed to it.
-  void fire(Event event);
+  /// Fires one event to the handlers subscribed to it (those of one side only, when `side` says so).
+  void fire(Event event, EngineSide side = EngineSide::all);
+
+  /// Marks the entry with this id capturable (after it declared so).
+  void set_capturable(const std::string& id);
+  /// "<plugin id>/<event>" for each handler of a plugin that is not capturable subscribed to one of `events` (the
+  /// trainer's own internal entries are not plugins and are left out).
+  std::vector<std::string> uncapturable_handlers(const std::vector<Event>& events) const;
 
   /// Calls close() on every plugin once (errors are collected, not thrown, so every plugin gets closed) and
   /// returns the error messages; then drops the handlers, which are the plugins' code. Later fire() calls throw.

@@ -319,6 +319,25 @@ TEST_SUITE("engine") {
     CHECK_THROWS_AS(f.engine.fire(Event::batch_end), baton::Error);
   }
 
+  TEST_CASE("trainer.cuda_graphs splits an event between the capturable plugins and the others") {
+    Fixture f;
+    f.algorithm("averager", Event::batch_end);  // matched: subscribed to every event
+    f.callback("log");                          // batch_end and after_forward
+    f.engine.set_capturable("averager");
+    f.engine.fire(Event::batch_end, baton::EngineSide::capturable);
+    CHECK(f.journal == std::vector<std::string>{"averager:batch_end"});
+    f.journal.clear();
+    f.engine.fire(Event::batch_end, baton::EngineSide::uncapturable);
+    CHECK(f.journal == std::vector<std::string>{"log:batch_end"});
+    f.journal.clear();
+    f.engine.fire(Event::batch_end);
+    CHECK(f.journal == std::vector<std::string>{"averager:batch_end", "log:batch_end"});
+    // What a recorded step would hold but cannot: the callback's after_forward. The capturable plugin is not named.
+    CHECK(f.engine.uncapturable_handlers({Event::before_forward, Event::after_forward}) ==
+          std::vector<std::string>{"log/after_forward"});
+    CHECK(f.engine.uncapturable_handlers({Event::before_forward}).empty());
+  }
+
   TEST_CASE("an entry must be exactly one kind") {
     Fixture f;
     CHECK_THROWS_AS(f.engine.add({"nothing", nullptr, nullptr}), baton::PluginError);

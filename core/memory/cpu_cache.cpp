@@ -33,9 +33,10 @@ class CpuCache final : public c10::Allocator {
   // raw_allocate() frees through this: release() tells the cache's blocks from LibTorch's by their address.
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
-  void set_on(bool on) {
+  void set_on(bool on, CpuCacheFit fit) {
     std::lock_guard<std::mutex> lock(mutex_);
     on_ = on;
+    compact_ = fit == CpuCacheFit::compact;
     if (!on) drop_cached(cached_.size());
   }
   bool on() const {
@@ -66,21 +67,24 @@ class CpuCache final : public c10::Allocator {
     return system_->allocate(n);  // its own deleter; raw_deleter() hands such a pointer back to it
   }
 
-  // A cached block of this size, or up to an eighth larger (the pages a tensor does not touch are not resident),
-  // as it is. Else the cached block nearest in size, the smallest larger one first, resized by the kernel
-  // (mremap moves its resident pages, frees a shrunk tail, and a grown one faults only its new pages): a heap
-  // that reuses memory across sizes without fragmenting, since every block is its own mapping. A new mapping
-  // only when nothing is cached. Then cached blocks are released, the largest first, until the total is within
-  // the live peak.
+  // A cached block of this size up to twice as large, as it is: the smallest that fits (a tensor's untouched pages
+  // are not resident; touched ones are reused rather than faulted in again). Else a new mapping while the memory
+  // held stays within a quarter above the live peak; past that, the cached block nearest in size, the smallest
+  // larger one first, resized by the kernel (mremap moves its resident pages, frees a shrunk tail, and a grown one
+  // faults only its new pages). Then cached blocks are released, the largest first, until the memory held is
+  // within the bound again. Resizing alone, with no slack, kept memory at the live peak but faulted the grown pages
+  // in every step: the main job's steps of many sizes spent a tenth of their time in page faults. That is still
+  // CpuCacheFit::compact (a block within an eighth, else a resize, the bound at the live peak) for a run that
+  // needs its memory at the peak.
   void* take_block(std::size_t size) {
     void* block = nullptr;
     auto fit = cached_.lower_bound(size);
-    if (fit != cached_.end() && fit->first <= size + size / 8) {
+    if (fit != cached_.end() && fit->first <= (compact_ ? size + size / 8 : 2 * size)) {
       block = fit->second;
       size = fit->first;
       uncache(fit);
       ++stats_.reused;
-    } else if (!cached_.empty()) {
+    } else if (!cached_.empty() && (compact_ || held() + static_cast<std::int64_t>(size) > budget())) {
       if (fit == cached_.end()) --fit;  // all smaller: the largest grows least
       void* old = fit->second;
       const std::size_t old_size = fit->first;
@@ -95,9 +99,13 @@ class CpuCache final : public c10::Allocator {
     }
     if (block == nullptr) block = map(size);
     hand_out(block, size);
-    while (!cached_.empty() && stats_.live_bytes + stats_.cached_bytes > stats_.peak_live_bytes) drop_cached(1);
+    while (!cached_.empty() && held() > budget()) drop_cached(1);
     return block;
   }
+
+  std::int64_t held() const { return stats_.live_bytes + stats_.cached_bytes; }
+  // The memory the cache may hold, live and cached: a quarter above the live peak (compact: the peak).
+  std::int64_t budget() const { return stats_.peak_live_bytes + (compact_ ? 0 : stats_.peak_live_bytes / 4); }
 
   void* map(std::size_t size) {
     void* block = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -160,6 +168,7 @@ class CpuCache final : public c10::Allocator {
   c10::DeleterFnPtr system_deleter_;  // LibTorch's CPU deleter (its data pointer is its context)
   mutable std::mutex mutex_;
   bool on_ = false;
+  bool compact_ = false;  // CpuCacheFit::compact
   std::unordered_map<void*, std::size_t> live_;  // the blocks of this cache held by tensors
   std::multimap<std::size_t, void*> cached_;     // freed blocks by size
   CpuCacheStats stats_;
@@ -180,9 +189,13 @@ CpuCache& installed() {
 
 }  // namespace
 
-void use_cpu_cache(bool on) {
+void use_cpu_cache(bool on, CpuCacheFit fit) {
   if (!on && CpuCache::instance == nullptr) return;  // never installed: LibTorch's allocator serves already
-  installed().set_on(on);
+  installed().set_on(on, fit);
+}
+
+void use_cpu_allocator(const std::string& name) {
+  use_cpu_cache(name != "system", name == "compact" ? CpuCacheFit::compact : CpuCacheFit::fast);
 }
 
 bool cpu_cache_on() { return CpuCache::instance != nullptr && CpuCache::instance->on(); }

@@ -24,6 +24,7 @@ struct Declarations::Data {
   std::vector<std::string> replicated_only;
   std::vector<BestCheckpointsRequest> keep_best;
   std::vector<std::string> best_files;
+  std::size_t capturable = 0;
 };
 
 Declarations::Declarations(std::string device, int world_size, std::string requested_weights)
@@ -58,6 +59,7 @@ void Declarations::keep_best(const WatchedMetric& metric, std::int64_t keep) {
 void Declarations::best_file(const std::string& filename) { add_once(data_->best_files, filename); }
 
 void Declarations::replicated_only(const std::string& what) { data_->replicated_only.push_back(what); }
+void Declarations::capturable() { ++data_->capturable; }
 
 const std::vector<std::string>& Declarations::metrics() const { return data_->metrics; }
 const std::map<std::string, bool>& Declarations::directions() const { return data_->directions; }
@@ -68,5 +70,6 @@ const std::vector<std::string>& Declarations::eval_passes() const { return data_
 const std::vector<BestCheckpointsRequest>& Declarations::keep_best_requests() const { return data_->keep_best; }
 const std::vector<std::string>& Declarations::best_files() const { return data_->best_files; }
 const std::vector<std::string>& Declarations::replicated_only_reasons() const { return data_->replicated_only; }
+std::size_t Declarations::capturable_count() const { return data_->capturable; }
 
 }  // namespace baton

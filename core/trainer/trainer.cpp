@@ -44,7 +44,7 @@ FitResult Trainer::Impl::fit() {
   const auto started = std::chrono::steady_clock::now();
   fit_started = started;
   // Large CPU tensors through the cache (trainer.cpu_allocator), its peak counted from this fit's start.
-  memory::use_cpu_cache(options.cpu_allocator == "caching");
+  memory::use_cpu_allocator(options.cpu_allocator);
   memory::release_cpu_cache();
   std::exception_ptr failure;
   try {
@@ -61,6 +61,11 @@ FitResult Trainer::Impl::fit() {
     broadcast_model(comm(), *module);
     if (sharded) sharded->load_parameters();  // the shards take rank 0's values too
     clock.guess_first_save(first_save_guess());
+    if (options.cuda_graphs) {
+      check_graphs();
+      graphs = std::make_unique<StepGraphs>(device);
+      state.capture.active = true;
+    }
     fitting = true;
     selection.fit_start();
     fire(Event::fit_start);
@@ -69,6 +74,11 @@ FitResult Trainer::Impl::fit() {
     if (sharded) sharded->release_units();
     module->train();
     while (!state.progress.reached(options.max_duration) && !stop_now()) train_epoch();
+    if (graphs)
+      logger.info("trainer.cuda_graphs: " + std::to_string(graphs->replays) + " steps replayed from " +
+                  std::to_string(graphs->graphs.size()) + " recorded graphs, " + std::to_string(graphs->uncaptured) +
+                  " uncaptured, " + std::to_string(graphs->warm) + " warm-up" +
+                  (graphs->off.empty() ? std::string() : "; recording stopped: " + graphs->off));
     stop_now();
     // The last batch normally took the final evaluation and checkpoint (train_epoch). A run that ends with no batch
     // at all (resumed at its end) or stopped outside batch_end still gets them here, without events; a stop for the
@@ -168,7 +178,7 @@ void Trainer::Impl::train_epoch() {
     const double fraction_before = state.progress.fraction();
     const double batch_started = fit_seconds();
     train_batch();
-    fire(Event::batch_end);
+    fire(Event::batch_end, batch_end_side);  // recorded steps gave the capturable plugins theirs (graph_step.cpp)
     state.clear_step_data();
     clock.took(WallClock::Activity::batch, fit_seconds() - batch_started);
     if (evaluate_and_save_after_batch(fraction_before, now.batch_in_epoch == batches)) break;
@@ -229,6 +239,8 @@ void Trainer::Impl::roll_back() {
   }
   const std::string from = state.last_checkpoint;
   const Timestamp at = checkpoints.roll_back(from);
+  // The recorded steps point at the optimizer state the checkpoint replaced: recorded again, after a warm-up.
+  if (graphs) graphs = std::make_unique<StepGraphs>(device);
   const std::int64_t skipped = state.progress.now.batch - at.batch;
   logger.warn(reason + ": rolled back to " + from + " (" + format_timestamp(at) + "); the " +
               std::to_string(skipped) + " batches since it, to " + format_timestamp(state.progress.now) +
@@ -282,9 +294,20 @@ void Trainer::Impl::train_batch() {
     state.batch = to_device(batch, device);
   }
   fire(Event::after_dataloader);
+  state.capture.variant.clear();
+  state.capture.uncaptured.clear();
   fire(Event::batch_start);
   apply_lr_schedule();
   fire(Event::before_train_batch);
+  batch_end_side = EngineSide::all;
+  if (graphs && graph_step(drawn)) return;
+  eager_step();
+  now.advance_batch(drawn * options.world_size);
+}
+
+// The step as it runs without graphs: zero the gradients, forward, loss, backward (or the model's own step),
+// reduce, after_train_batch, then the optimizer step unless skipped.
+void Trainer::Impl::eager_step() {
   zero_gradients();
   broadcast_buffers(comm(), *module);
   state.skip_step = false;
@@ -307,7 +330,6 @@ void Trainer::Impl::train_batch() {
     if (!step_overflow && !skip) step_optimizers();
     if (scaler) scaler->update(step_overflow);
   }
-  now.advance_batch(drawn * options.world_size);
 }
 
 void Trainer::Impl::apply_lr_schedule() {

@@ -28,11 +28,15 @@
 #include "trainer/run_context.h"
 #include "trainer/run_outputs.h"
 #include "trainer/schedule.h"
+#include "trainer/step_graphs.h"
 #include "trainer/stop_agreement.h"
 #include "trainer/training_log.h"
 #include "trainer/wall_clock.h"
 
 namespace baton {
+
+/// The events a recorded step (trainer.cuda_graphs) holds before its batch_end (graph_step.cpp).
+std::vector<Event> recorded_step_events();
 
 /// "generator, discriminator": the run's optimizers by name, for errors (trainer_setup.cpp).
 std::string optimizer_names(const std::vector<NamedOptimizer>& optimizers);
@@ -49,6 +53,7 @@ struct Trainer::Impl {
   void offer_probe();
   void start_from_weights();
   void check_first_batch();
+  void check_graphs() const;
   void settle_declarations();
   void prepare_standalone(const std::string& checkpoint, const char* command);
   std::string nonfinite_tensor() const;
@@ -59,6 +64,11 @@ struct Trainer::Impl {
   FitResult fit();
   void train_epoch();
   void train_batch();
+  void eager_step();
+  // trainer.cuda_graphs (graph_step.cpp)
+  std::string graph_refusal() const;
+  bool graph_step(std::int64_t samples);
+  std::vector<StepGraphs::Graph>::iterator record_step(std::int64_t samples);
   bool evaluate_and_save_after_batch(double fraction_before, bool epoch_ends);
   void end_epoch();
   void roll_back();
@@ -79,7 +89,7 @@ struct Trainer::Impl {
   PredictResult predict(const Dataset& data, const std::string& checkpoint);
 
   Communicator* comm() const { return options.communicator.get(); }
-  void fire(Event event) { engine.fire(event); }
+  void fire(Event event, EngineSide side = EngineSide::all) { engine.fire(event, side); }
   bool stop_now() { return stopping.check(state, read_clock()); }
   /// Seconds since fit() started; what the wall clock reads.
   double fit_seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_started).count(); }
@@ -159,6 +169,10 @@ struct Trainer::Impl {
   bool step_overflow = false;  // the step's gradients hold an inf or a NaN (amp_fp16): the step is skipped
   bool fitting = false;        // from fit_start to the end of training
   bool in_step = false;        // inside train_batch
+  /// trainer.cuda_graphs: the recorded steps, from fit_start; null without.
+  std::unique_ptr<StepGraphs> graphs;
+  /// Which plugins the step's batch_end reaches: after a recorded step, those outside the graph.
+  EngineSide batch_end_side = EngineSide::all;
 };
 
 }  // namespace baton

@@ -357,6 +357,13 @@ void Trainer::Impl::check_first_batch() {
 // After init every name the run logs is known: its own (the training loss, the lr, every evaluation pass's
 // metrics and losses, with their directions) and what plugins declared. Then each metric a plugin watches is
 // checked against them, so a typo or a metric without a direction fails at its key before the run starts.
+// trainer.cuda_graphs on a run whose step cannot be recorded is refused before it trains (`baton check` too).
+void Trainer::Impl::check_graphs() const {
+  if (!options.cuda_graphs) return;
+  if (const std::string why = graph_refusal(); !why.empty())
+    throw Error("trainer.cuda_graphs = true, but " + why);
+}
+
 void Trainer::Impl::settle_declarations() {
   std::vector<std::string> names = {"train/loss", "lr"};
   std::map<std::string, bool> higher_is_better = {{"train/loss", false}};
@@ -430,6 +437,7 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
     if (existing.first == id) throw PluginError("two plugins share the id '" + id + "'");
   impl_->engine.add(EngineEntry{id, dynamic_cast<Algorithm*>(plugin.get()), dynamic_cast<Callback*>(plugin.get())});
   const std::size_t replicated_before = impl_->declarations.replicated_only_reasons().size();
+  const std::size_t capturable_before = impl_->declarations.capturable_count();
   collect_declarations(*plugin, id, impl_->declarations);
   // A plugin that reads the model's gradients after the reduce, or writes its weights during training, would act
   // on what a sharded step no longer uses: refused by `baton check` and `baton train` alike (both add plugins).
@@ -439,6 +447,7 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
                       impl_->declarations.replicated_only_reasons().back() +
                       ", while the optimizer steps each rank's shard of the averaged gradients (use sharding = "
                       "\"none\")");
+  if (impl_->declarations.capturable_count() > capturable_before) impl_->engine.set_capturable(id);
   impl_->state.facts.add_plugin(id);
   impl_->plugins.emplace_back(std::move(id), std::move(plugin));
 }
@@ -446,6 +455,7 @@ void Trainer::add_plugin(std::string id, std::shared_ptr<Plugin> plugin) {
 void Trainer::check() {
   impl_->ensure_init();
   impl_->check_first_batch();
+  impl_->check_graphs();
 }
 FitResult Trainer::fit() { return impl_->fit(); }
 

@@ -30,6 +30,7 @@
 #include "baton/components.h"
 #include "baton/trainer.h"
 #include "checkpoint/checkpoint_store.h"
+#include "trainer/cuda_graph.h"
 #include "config/config.h"  // eval_set_name_problem
 #include "memory/cpu_cache.h"
 #include "baton/builtin_datasets.h"
@@ -210,6 +211,21 @@ TEST_SUITE("trainer") {
     CHECK(result.evals[0].at.batch == 2);
   }
 
+  TEST_CASE("trainer.cuda_graphs is refused on the CPU, and a LibTorch without CUDA records nothing") {
+    auto options = quiet_options();
+    options.cuda_graphs = true;
+    try {
+      make_trainer(options);
+      FAIL("expected the CPU run to be refused");
+    } catch (const baton::Error& e) {
+      CHECK(std::string(e.what()).find("trainer: cuda_graphs: expected false on the device \"cpu\" (a CUDA graph "
+                                       "records GPU work") == 0);
+    }
+    if (!baton::GraphRecorder::available())
+      CHECK_THROWS_WITH_AS(baton::GraphRecorder(c10::Device("cuda")),
+                           doctest::Contains("this baton's LibTorch was built without CUDA"), baton::Error);
+  }
+
   TEST_CASE("trainer.cpu_allocator: the cache serves a fit's large tensors and is given back at its end") {
     using baton::memory::cpu_cache_stats;
     auto cached = quiet_options();
@@ -230,6 +246,12 @@ TEST_SUITE("trainer") {
     CHECK(after.reused + after.resized > before.reused + before.resized);  // a freed block served another tensor
     CHECK(after.cached_bytes == 0);  // given back at the end of the fit
     CHECK(same_weights(with_system->model(), with_cache->model()));  // memory, not arithmetic
+    auto compact = cached;
+    compact.cpu_allocator = "compact";
+    auto with_compact = make_trainer(compact);
+    with_compact->fit();
+    CHECK(baton::memory::cpu_cache_on());
+    CHECK(same_weights(with_system->model(), with_compact->model()));
   }
 
   TEST_CASE("resume after an epoch ends bitwise identical to an uninterrupted run") {

@@ -82,6 +82,11 @@ class EmaAlgorithm final : public Algorithm {
     if (settings_.select.enabled) run.keep_best(selection_metric(), settings_.select.keep);
     run.best_file(kExportFile);
     if (settings_.eval == EvalMode::both) run.eval_pass(kRawLabel);
+    // trainer.cuda_graphs may record the update: one multi-tensor lerp at a fixed smoothing on the model's device.
+    // A warmup's smoothing changes with every update, post-hoc profiles each have their own, and an average in host
+    // memory is copied out of the GPU: those updates run after the recorded step.
+    if (settings_.warmup == Warmup::none && !settings_.posthoc.enabled && settings_.ema.device.empty())
+      run.capturable();
   }
 
   void state_dict(StateDict& out) const override {
@@ -283,7 +288,8 @@ class EmaAlgorithm final : public Algorithm {
       updates_ = 1;
       return;
     }
-    ema_.update(*model_, warmup_smoothing(settings_, settings_.base_smoothing(), updates_));
+    // A replayed step's update ran in the graph (trainer.cuda_graphs); the count goes on here.
+    if (!state.capture.replayed) ema_.update(*model_, warmup_smoothing(settings_, settings_.base_smoothing(), updates_));
     ++updates_;
   }
 
@@ -310,9 +316,23 @@ class EmaAlgorithm final : public Algorithm {
     if (eval_weights_.empty() || keeps(eval_weights_)) state.weights = ema_.swapped() ? kEmaSet : kRawSet;
   }
 
-  void on_batch_start(State&, Logger&) {
+  void on_batch_start(State& state, Logger&) {
     checkpoint_shadow_.reset();
     restore_raw();
+    if (state.capture.active) say_step_variant(state);
+  }
+
+  // trainer.cuda_graphs: what this step's batch_end will do (nothing, or an update at the fixed smoothing) as the
+  // step's variant; the first update, which copies the weights, runs uncaptured.
+  void say_step_variant(State& state) const {
+    Progress at_end = state.progress;
+    at_end.now.advance_batch(state.batch.size() * state.facts.world_size());
+    const bool due = update_due(Event::batch_end, at_end, settings_.update_interval);
+    if (due && !started_ && at_end.reached(settings_.ema_start)) {
+      state.capture.uncaptured = "the EMA's first update copies the weights into the average";
+      return;
+    }
+    state.capture.variant.push_back(due && started_ ? 1 : 0);
   }
 
   void on_batch_end(State& state, Logger& logger) { on_update_point(Event::batch_end, state, logger); }

@@ -389,4 +389,59 @@ TEST_SUITE("ema_plugin") {
       CHECK(bitwise_equal(copy_state(evaluator->model()), copy_state(t.trainer->model())));
     }
   }
+
+  TEST_CASE("under trainer.cuda_graphs the EMA names each step's variant, and a replayed update only counts") {
+    // What a recording trainer asks of it, on the CPU: capture.active from fit_start; each step's variant read at
+    // before_train_batch (after the plugins' batch_start); batch 6's batch_end marked as after a replay.
+    struct Probe : baton::Algorithm {
+      std::vector<std::string> seen;
+      void subscribe(baton::Subscriptions& events) override {
+        events.on(Event::fit_start, [](baton::State& s, baton::Logger&) { s.capture.active = true; });
+        events.on(Event::before_train_batch, [this](baton::State& s, baton::Logger&) {
+          if (!s.capture.uncaptured.empty()) seen.push_back("uncaptured");
+          else seen.push_back(s.capture.variant.size() == 1 ? std::to_string(s.capture.variant[0]) : "?");
+        });
+        events.on(Event::batch_end, [](baton::State& s, baton::Logger&) { s.capture.replayed = s.timestamp().batch == 6; });
+      }
+    };
+    struct ReplayEnd : baton::Algorithm {
+      void subscribe(baton::Subscriptions& events) override {
+        events.on(Event::batch_end, [](baton::State& s, baton::Logger&) { s.capture.replayed = false; });
+      }
+    };
+    auto probe = std::make_shared<Probe>();
+    auto trainer = make_trainer(lasting(Time(8, TimeUnit::batch)));
+    baton::LoadedPlugin ema = load_ema("half_life = \"4ba\"\nupdate_interval = \"2ba\"\nema_start = \"3ba\"");
+    auto trajectory = std::make_shared<TrajectoryRecorder>();
+    trainer->add_plugin("probe", probe);
+    trainer->add_plugin("ema", ema.plugin);
+    trainer->add_plugin("replay_end", std::make_shared<ReplayEnd>());
+    trainer->add_plugin("trajectory", trajectory);
+    trainer->fit();
+    // Update points at batches 2, 4, 6, 8 (every 2ba); the first at or after 3ba, batch 4, copies the weights.
+    // Step k ends at batch k + 1: nothing to record at 1, 2 (before the start), 3, 5, 7; the copy uncaptured; an
+    // update at 6 and 8.
+    CHECK(probe->seen == std::vector<std::string>{"0", "0", "0", "uncaptured", "0", "1", "0", "1"});
+    // Batch 6's update was the graph's: the plugin launched nothing, so the average holds the copy at 4 and the
+    // update at 8 (s = 2^(-2/4)), while the count has all three, as a run whose graph ran it would.
+    const double s = std::pow(2.0, -0.5);
+    CHECK(max_difference(shadow_of(*ema.plugin), closed_form_ema(trajectory->at_batch, {{4, 0}, {8, s}})) < 2e-6);
+    CHECK(max_difference(shadow_of(*ema.plugin), closed_form_ema(trajectory->at_batch, {{4, 0}, {6, s}, {8, s}})) >
+          1e-4);
+    baton::StateDict saved;
+    ema.plugin->state_dict(saved);
+    CHECK(saved.get_int("updates") == 3);
+  }
+
+  TEST_CASE("the EMA declares itself capturable only when its update is one lerp at a fixed smoothing") {
+    const auto capturable = [](const std::string& toml) {
+      baton::Declarations run;
+      load_ema(toml).plugin->declare(run);
+      return run.capturable_count() == 1;
+    };
+    CHECK(capturable("half_life = \"350ba\""));
+    CHECK_FALSE(capturable("half_life = \"350ba\"\nwarmup = \"tf\""));
+    CHECK_FALSE(capturable("half_life = \"350ba\"\ndevice = \"cpu\""));
+    CHECK_FALSE(capturable("half_life = \"350ba\"\nposthoc = { sigma_rels = [0.05, 0.10] }"));
+  }
 }

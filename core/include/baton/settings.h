@@ -105,15 +105,19 @@ struct TrainerSettings {
   /// per core, shared by the ranks on the machine).
   std::int64_t threads = 0;
   std::string device = "cpu";  // cpu | cuda | cuda:N: where the model, optimizer state and batches live
-  /// CPU tensor memory during fit(): "caching" keeps freed blocks of 256 KiB and more for the next tensor, of
-  /// their size or resized (no page faults in a step that repeats its sizes; resident memory at the peak of live
-  /// tensors); "system" leaves every allocation to LibTorch's allocator and the C library. docs/config.md.
+  /// CPU tensor memory during fit(): "caching" keeps freed blocks of 256 KiB and more for the next tensor (no page
+  /// faults in a step that repeats its sizes; resident memory within 1.25 x the peak of live tensors); "compact"
+  /// the same cache held at the live peak by resizing blocks (their grown pages fault again); "system" leaves every
+  /// allocation to LibTorch's allocator and the C library. docs/config.md.
   std::string cpu_allocator = "caching";
   Precision precision = Precision::automatic;  // evaluation and prediction run under the same precision
   /// Gradient accumulation (Composer's device_train_microbatch_size): each batch is split into microbatches of
   /// this many samples, each forward/backward with the events before_forward … after_backward, and one optimizer
   /// step per batch. 0 (or >= batch_size): the whole batch at once.
   std::int64_t microbatch_size = 0;
+  /// Records the training step (forward, loss, backward, the optimizer step, capturable plugins) as one CUDA graph
+  /// after a few warm-up steps and replays it per batch (docs/performance.md). Needs a CUDA device and LibTorch.
+  bool cuda_graphs = false;
   Time log_interval = Time(50, TimeUnit::batch);  // ba, > 0: how often train/loss is computed and logged
   bool progress = true;                           // a progress bar when stderr is a terminal
   /// A run whose weights are not finite (NaN, inf) at its end fails (fit() throws, naming the last checkpoint

@@ -4,6 +4,7 @@
 // through methods, so a later baton adds declarations without moving anything a built plugin uses (LLVM's pass
 // plugins grow the same way). No LibTorch here: `baton check` and `--weights` read every declaration before a
 // model is built.
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -84,6 +85,14 @@ class BATON_API Declarations {
   /// after the reduce". A sharded run refuses the plugin, naming it, the mode and `what`.
   void replicated_only(const std::string& what);
 
+  /// The plugin's handlers of the step's events (before_forward … after_train_batch, and batch_end) may be recorded
+  /// into a CUDA graph and replayed (trainer.cuda_graphs): each step they launch the same device work on tensors
+  /// that keep their storage, read nothing back to the host, take what changes per step from device tensors, and
+  /// do only host bookkeeping while State::capture.replayed is true. A run with cuda_graphs refuses a plugin that
+  /// handles before_forward … after_train_batch without declaring this; batch_end handlers of plugins that do not
+  /// declare it run after the graph, uncaptured.
+  void capturable();
+
   // What was declared, in order, each once (for baton and tests).
   const std::vector<std::string>& metrics() const;
   const std::map<std::string, bool>& directions() const;
@@ -93,6 +102,8 @@ class BATON_API Declarations {
   const std::vector<std::string>& eval_passes() const;
   const std::vector<BestCheckpointsRequest>& keep_best_requests() const;
   const std::vector<std::string>& best_files() const;
+  /// How many times capturable() was called (the trainer compares the count before and after each plugin declares).
+  std::size_t capturable_count() const;
   /// What each replicated_only() call said, in order.
   const std::vector<std::string>& replicated_only_reasons() const;
 

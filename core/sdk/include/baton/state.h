@@ -45,6 +45,23 @@ struct StopRequest {
   std::string reason;
 };
 
+/// What a plugin that declares itself capturable (Declarations::capturable) sees of trainer.cuda_graphs. The graph
+/// holds the step from before_forward to the optimizer step and the capturable plugins' batch_end handlers.
+struct StepCapture {
+  /// The run records steps (trainer.cuda_graphs = true and the step can be recorded); false in every other run.
+  bool active = false;
+  /// True while the step's events (before_forward … after_train_batch, then batch_end) fire after a replay: the
+  /// device work their handlers recorded has run already, so they do only their host bookkeeping (counters) and
+  /// launch nothing. False when they record (their work is then recorded, not run) and on uncaptured steps.
+  bool replayed = false;
+  /// Set at batch_start by a plugin whose recorded work is not the same every step (the EMA: no update before
+  /// ema_start or between update points, an update at them): the values it adds describe this step's work, and
+  /// each distinct combination is a graph of its own. Cleared before batch_start.
+  std::vector<std::int64_t> variant;
+  /// Set at batch_start to run this step uncaptured, saying why (the EMA's first update, which copies the weights).
+  std::string uncaptured;
+};
+
 /// Layout rule: a plugin reads State's members at the offsets it was compiled with, and only baton creates a State
 /// (plugins get a reference), so State may grow but what is in it never moves: new members are appended at the end,
 /// none is inserted, removed, reordered or retyped, and every member is public (members under different access
@@ -131,6 +148,9 @@ struct BATON_API State {
   void request_rollback(std::string reason);
   bool rollback_requested() const { return !rollback_reason.empty(); }
   std::string rollback_reason;
+
+  /// trainer.cuda_graphs (docs/performance.md): the training step recorded once as a CUDA graph and replayed.
+  StepCapture capture;
 
   // New members go here, after every other one (the layout rule above).
 #ifdef BATON_ABI_TEST_EXTRA_STATE_MEMBER
