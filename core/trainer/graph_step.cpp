@@ -75,10 +75,8 @@ bool Trainer::Impl::graph_step(std::int64_t samples) {
     ++g.uncaptured;
     return false;
   }
-  const std::string shape = state.batch.describe();
-  if (g.shape.empty()) g.shape = shape;
-  if (shape != g.shape) {
-    tell_once("a batch of " + shape + " runs uncaptured: the graphs hold " + g.shape);
+  if (!g.same_layout(state.batch)) {
+    tell_once("a batch of " + state.batch.describe() + " runs uncaptured: the graphs hold " + g.shape);
     ++g.uncaptured;
     return false;
   }
@@ -106,13 +104,14 @@ bool Trainer::Impl::graph_step(std::int64_t samples) {
     for (const auto& [name, tensor] : state.batch) found->batch[name].copy_(tensor, /*non_blocking=*/true);
     state.batch = found->batch;
     for (auto& step : g.optimizer_steps) step->prepare();  // a recording prepared its own step
+    // The gradients the graphs write, where every reader of the parameters finds them: an uncaptured step since
+    // may have pointed .grad elsewhere (a recording pointed them itself, and its backward accumulated in place).
+    for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i].mutable_grad() = g.grads[i];
   }
   batch_end_side = EngineSide::uncapturable;
   g.recorder.replay(found->id);
   found->used = ++g.clock;
   ++g.replays;
-  // The gradients the graphs wrote, where every reader of the parameters finds them.
-  for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i].mutable_grad() = g.grads[i];
   state.outputs = found->outputs;
   state.loss = found->loss;
   if (!recording) {

@@ -36,14 +36,38 @@ struct StepGraphs {
     std::uint64_t used = 0;
   };
 
+  /// A batch field as recorded: each step's batch is compared against these without formatting a string.
+  struct Field {
+    std::string name;
+    std::vector<std::int64_t> sizes;
+    at::ScalarType dtype;
+  };
+
   explicit StepGraphs(const c10::Device& device) : recorder(device) {}
+
+  /// Whether `batch` has the recorded fields, sizes and dtypes; the first batch asked sets them.
+  bool same_layout(const Batch& batch) {
+    if (layout.empty()) {
+      for (const auto& [name, tensor] : batch) layout.push_back({name, tensor.sizes().vec(), tensor.scalar_type()});
+      shape = batch.describe();
+      return true;
+    }
+    if (batch.count() != layout.size()) return false;
+    std::size_t i = 0;
+    for (const auto& [name, tensor] : batch) {
+      const Field& f = layout[i++];
+      if (name != f.name || tensor.scalar_type() != f.dtype || !tensor.sizes().equals(f.sizes)) return false;
+    }
+    return true;
+  }
 
   GraphRecorder recorder;
   std::vector<Graph> graphs;
   std::vector<std::unique_ptr<optim::CapturableStep>> optimizer_steps;  // one per optimizer, after the warm-up
   std::vector<at::Tensor> params, grads;  // every trainable parameter and the gradient tensor the graphs write
   std::int64_t warm = 0;                  // warm-up steps run
-  std::string shape;                      // the recorded batches' fields and shapes
+  std::vector<Field> layout;              // the recorded batches' fields
+  std::string shape;                      // the same, as told in messages
   std::string off;                        // why the run stopped recording; "" while it records
   std::set<std::string> told;             // messages given once
   std::uint64_t clock = 0;                // for `used`
