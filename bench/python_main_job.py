@@ -64,6 +64,16 @@ def lr_factor(batch, total, warmup=200, floor=0.02):
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
 
 
+def save_checkpoint(folder, name, stale, model, optimizer, ema):
+    """Model, optimizer and EMA in folder/name, written whole (a temporary file renamed), and folder/stale removed."""
+    path = os.path.join(folder, name)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema.state_dict()},
+               path + ".tmp")
+    os.replace(path + ".tmp", path)
+    if os.path.exists(os.path.join(folder, stale)):
+        os.remove(os.path.join(folder, stale))
+
+
 def evaluate(model, images, labels, batch_size, channels_last, autocast):
     model.eval()
     correct, loss_sum = 0, 0.0
@@ -151,13 +161,7 @@ def main():
         raw_loss, raw_acc = evaluate(model, test_x, test_y, eval_batch_size, True, autocast)
         print(f"epoch {epoch + 1}/{args.epochs}: train/loss {loss.item():.4f} eval/accuracy {ema_acc:.4f} "
               f"eval_raw/accuracy {raw_acc:.4f} ({time.perf_counter() - start:.1f} s)", flush=True)
-        path = os.path.join(args.out, f"ep{epoch + 1}.pt")
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ema": ema.state_dict()},
-                   path + ".tmp")
-        os.replace(path + ".tmp", path)
-        stale = os.path.join(args.out, f"ep{epoch + 1 - 3}.pt")
-        if os.path.exists(stale):
-            os.remove(stale)
+        save_checkpoint(args.out, f"ep{epoch + 1}.pt", f"ep{epoch + 1 - 3}.pt", model, optimizer, ema)
     train_s = time.perf_counter() - start
     if args.steps_only:
         print(f"RESULT steps_s={train_s:.2f} train_loss={loss.item():.4f}")

@@ -13,6 +13,7 @@
 #   BATON_CHECK_DATA     the folder holding fashion-mnist/ for the diffusion part (default /usr/share/datasets)
 #   BATON_CHECK_DIFFUSION  more `baton train` arguments for the diffusion part, as shell words (e.g.
 #                        "--set trainer.max_duration=20000ba --set 'plugins.ema.posthoc={ sigma_rels = [0.05] }'")
+#   BATON_CHECK_SPEED_BATCHES  the diffusion job's batches in part speed (default 2000)
 #   BATON_JOBS           build jobs (default: one per core); the test suite runs half as many at once
 # Prints one RESULT line per part, and ends `gpu-check: N passed, M failed`; exit 1 if a part failed:
 #   build     what the GPU parts need first (the CLI, the ema plugin, two test programs), the rest before the tests
@@ -22,10 +23,11 @@
 #             zero3 (units gathered per layer, recomputed in the backward on the device):
 #             the evaluations agree across modes (relative 1e-3) and the sharded runs write shard files
 #   bench_ema the EMA update's GB/s against a device-to-device copy of the same bytes
-#   graphs    the convnet run with trainer.cuda_graphs false and true: the step recorded, equal weights within 1e-4
-#             relative, graphs_vs_plain (training time)
-#   speed     the main job on the GPU: baton plain and with graphs, bench/python_main_job.py and (when it imports)
-#             bench/composer_main_job.py on this torch: graphs_vs_plain, baton_vs_python_gpu, baton_vs_composer_gpu
+#   graphs    the convnet run with trainer.cuda_graphs false and true, and true across a resume: the step recorded,
+#             equal checkpoints and weights within 1e-4 relative, graphs_vs_plain (training time)
+#   speed     the main job and the diffusion job's training on the GPU: baton plain and with graphs,
+#             bench/python_*_job.py and (when it imports) bench/composer_*_job.py on this torch: graphs_vs_plain,
+#             baton_vs_python_gpu, baton_vs_composer_gpu, and the same for the diffusion job (diffusion_ prefix)
 #   diffusion configs/fashion_mnist_ddpm.toml on the device (bench/diffusion_bench.sh: EMA and raw Frechet distances),
 #             the feature classifier from runs/fashion_mnist/model.safetensors, trained on the device when absent
 #   tests     the whole test suite; the tests that take a device run on BATON_TEST_DEVICE = the device
@@ -294,17 +296,23 @@ check_diffusion() {
   fi
 }
 
-# --- the training step as one CUDA graph: the same run recorded and not ---
-# Two runs of the convnet (Adam, the EMA, 2 epochs of 32 batches of 64) from the same seed, trainer.cuda_graphs
-# false and true: the graphs run must say it recorded the step, and its final weights and EMA must equal the plain
-# run's within 1e-4 relative (the recorded optimizer step rounds like LibTorch's within one rounding; cuDNN may pick
-# other algorithms under a recording); the training time of each, from speed_monitor.
-graph_run() {  # graph_run <name> <true|false>: trains into $dir/graphs-<name>, prints its wall_clock/train
-  local run=$dir/graphs-$1
-  rm -rf "$run" && mkdir -p "$run"
-  convnet_config "$device" amp_bf16 $'[[plugins]]\nname = "speed_monitor"' > "$run/run.toml"
-  (cd "$run" && "$baton" train run.toml --set "trainer.cuda_graphs=$2") > "$run/train.log" 2>&1 || return 1
-  "$python" - "$run" <<'EOF'
+# --- the training step as one CUDA graph: the same run recorded and not, and recorded across a resume ---
+# Runs of the convnet (Adam, the EMA, 2 epochs of 32 batches of 64, a checkpoint each epoch) from the same seed:
+# trainer.cuda_graphs false, true, and true stopped after epoch 1 and resumed (--resume auto) to epoch 2. The graphs
+# runs must say they recorded the step; the recorded run's checkpoints (model, optimizer state, EMA) and final
+# weights must equal the plain run's within 1e-4 relative (the recorded optimizer step rounds like LibTorch's within
+# one rounding; cuDNN may pick other algorithms under a recording), and the resumed run's the uninterrupted recorded
+# run's; the training time of the first two, from speed_monitor.
+graph_run() {  # graph_run <name> <true|false> [more baton arguments]: trains in $dir/graphs-<name>
+  local run=$dir/graphs-$1 graphs=$2
+  shift 2
+  mkdir -p "$run"
+  [[ -f $run/run.toml ]] ||
+    convnet_config "$device" amp_bf16 $'[[plugins]]\nname = "speed_monitor"' > "$run/run.toml"
+  (cd "$run" && "$baton" train run.toml --set "trainer.cuda_graphs=$graphs" "$@") >> "$run/train.log" 2>&1
+}
+graph_seconds() {  # graph_seconds <name>: the run's wall_clock/train
+  "$python" - "$dir/graphs-$1" <<'EOF'
 import json, pathlib, sys
 last = {}
 for p in pathlib.Path(sys.argv[1]).rglob("metrics.jsonl"):
@@ -313,58 +321,85 @@ for p in pathlib.Path(sys.argv[1]).rglob("metrics.jsonl"):
 print(last.get("wall_clock/train", 0))
 EOF
 }
-check_graphs() {
-  local plain graphs started=$SECONDS compare ratio
-  if [[ $device != cuda* ]]; then
-    result graphs skipped "CUDA graphs need a CUDA device"
-    return
-  fi
-  build_targets "$dir/build.log" speed_monitor
-  plain=$(graph_run plain false) || { tail -15 "$dir/graphs-plain/train.log"; result graphs fail "the plain run failed"; return; }
-  graphs=$(graph_run graphs true) || { tail -15 "$dir/graphs-graphs/train.log"; result graphs fail "the graphs run failed"; return; }
-  if ! grep -q "recorded the training step" "$dir/graphs-graphs/train.log"; then
-    grep "cuda_graphs" "$dir/graphs-graphs/train.log" | tail -5
-    result graphs fail "the run did not record its step (log: $dir/graphs-graphs/train.log)"
-    return
-  fi
-  compare=$("$python" - "$dir/graphs-plain" "$dir/graphs-graphs" <<'EOF'
+graph_compare() {  # graph_compare <run a> <run b>: "files=N <kind>_rel=... <1 when all within 1e-4, else 0>"
+  "$python" - "$dir/graphs-$1" "$dir/graphs-$2" <<'EOF'
 import json, pathlib, struct, sys, torch
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64,
+          "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8}
 def read(path):  # safetensors: an 8-byte header length, a JSON header, the raw data
     data = path.read_bytes()
     n = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + n])
     out = {}
     for name, t in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__" or t["dtype"] not in DTYPES:
             continue
-        dtype = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I64": torch.int64}[t["dtype"]]
         a, b = t["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=dtype).reshape(t["shape"])
+        out[name] = torch.frombuffer(bytearray(data[8 + n + a:8 + n + b]), dtype=DTYPES[t["dtype"]]).reshape(t["shape"])
     return out
-worst = {}
-for file in ("model.safetensors", "ema.safetensors"):
-    a = read(next(pathlib.Path(sys.argv[1]).rglob(file)))
-    b = read(next(pathlib.Path(sys.argv[2]).rglob(file)))
-    worst[file] = max(((a[k].double() - b[k].double()).abs().max() / (a[k].double().abs().max() + 1e-12)).item()
-                      for k in a)
-print(" ".join(f"{k.split('.')[0]}_rel={v:.3g}" for k, v in worst.items()), int(max(worst.values()) <= 1e-4))
+a_dir, b_dir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+worst, files = {}, 0
+for kind in ("model", "state", "ema"):
+    for path in sorted(a_dir.rglob(f"{kind}.safetensors")):
+        other = b_dir / path.relative_to(a_dir)
+        if not other.exists():
+            continue
+        a, b = read(path), read(other)
+        files += 1
+        for k in a:
+            x, y = a[k].double(), b[k].double()
+            rel = ((x - y).abs().max() / (x.abs().max() + 1e-12)).item() if x.numel() else 0.0
+            worst[kind] = max(worst.get(kind, 0.0), rel)
+ok = files >= 3 and max(worst.values()) <= 1e-4
+print(f"files={files}", " ".join(f"{k}_rel={v:.3g}" for k, v in worst.items()), int(ok))
 EOF
-) || { result graphs fail "could not compare the runs' weights"; return; }
+}
+check_graphs() {
+  local plain graphs started=$SECONDS compare resumed ratio name
+  if [[ $device != cuda* ]]; then
+    result graphs skipped "CUDA graphs need a CUDA device"
+    return
+  fi
+  build_targets "$dir/build.log" speed_monitor
+  rm -rf "$dir"/graphs-*
+  graph_run plain false || { tail -15 "$dir/graphs-plain/train.log"; result graphs fail "the plain run failed"; return; }
+  graph_run graphs true || { tail -15 "$dir/graphs-graphs/train.log"; result graphs fail "the graphs run failed"; return; }
+  { graph_run resumed true --set trainer.max_duration=1ep &&
+    graph_run resumed true --resume auto --set trainer.max_duration=2ep; } ||
+    { tail -15 "$dir/graphs-resumed/train.log"; result graphs fail "the resumed graphs run failed"; return; }
+  for name in graphs resumed; do
+    if ! grep -q "recorded the training step" "$dir/graphs-$name/train.log"; then
+      grep "cuda_graphs" "$dir/graphs-$name/train.log" | tail -5
+      result graphs fail "the $name run did not record its step (log: $dir/graphs-$name/train.log)"
+      return
+    fi
+  done
+  compare=$(graph_compare plain graphs) || { result graphs fail "could not compare the runs' weights"; return; }
+  resumed=$(graph_compare graphs resumed) || { result graphs fail "could not compare the resumed run's weights"; return; }
+  plain=$(graph_seconds plain)
+  graphs=$(graph_seconds graphs)
   ratio=$(awk -v g="$graphs" -v p="$plain" 'BEGIN {printf "%.4f", (p > 0) ? g / p : 0}')
-  if [[ ${compare##* } == 1 ]]; then
-    result graphs ok "device=$device seconds=$((SECONDS - started)) plain_train_s=$plain graphs_train_s=$graphs graphs_vs_plain=$ratio ${compare% *}"
+  if [[ ${compare##* } == 1 && ${resumed##* } == 1 ]]; then
+    result graphs ok "device=$device seconds=$((SECONDS - started)) plain_train_s=$plain graphs_train_s=$graphs graphs_vs_plain=$ratio vs_plain: ${compare% *} resumed_vs_graphs: ${resumed% *}"
   else
-    result graphs fail "device=$device the recorded run's weights differ: ${compare% *} (runs: $dir/graphs-*)"
+    result graphs fail "device=$device the recorded runs differ: vs_plain: ${compare% *} resumed_vs_graphs: ${resumed% *} (runs: $dir/graphs-*)"
   fi
 }
 
-# --- speed: the main job on the GPU, baton (plain and recorded) against a PyTorch loop and Composer ---
-# The same torch for all: baton built against it, bench/python_main_job.py and bench/composer_main_job.py on its
-# python (Composer when it imports there: this machine reaches no package registry). amp_bf16 for every run; whole
-# process wall times. RESULT speed ... graphs_vs_plain=<graphs / plain> baton_vs_python_gpu=<baton / the loop>
-# baton_vs_composer_gpu=<baton / Composer>, and each run's final EMA accuracy.
+# --- speed: the main job and the diffusion job on the GPU, baton (plain and recorded), a PyTorch loop, Composer ---
+# The same torch for all: baton built against it, bench/python_*_job.py and bench/composer_*_job.py on its python
+# (Composer when it imports there: this machine reaches no package registry). Whole process wall times and batches
+# per second over them. The main job (3752 batches, evaluation and a checkpoint each epoch) under amp_bf16, with
+# each run's final EMA accuracy. The diffusion job's training: BATON_CHECK_SPEED_BATCHES batches of 32 (default
+# 2000: a GPU machine is lent for minutes), fp32 as its config, checkpoints every 1000 batches, evaluation off in
+# all four (its Frechet distance is part `diffusion`), with the mean loss of the last 100 batches. The diffusion
+# model draws its timesteps and noise on the host (a resumed run draws what the uninterrupted one did), which a
+# recording cannot hold: its graphs run must fall back to plain steps with a warning and still finish.
+# RESULT speed ... graphs_vs_plain=<graphs / plain> baton_vs_python_gpu=<baton / the loop>
+# baton_vs_composer_gpu=<baton / Composer> (the main job), and the same with a diffusion_ prefix.
 check_speed() {
-  local data=${BATON_CHECK_DATA:-/usr/share/datasets} started=$SECONDS runs=$dir/speed t0 line name
+  local data=${BATON_CHECK_DATA:-/usr/share/datasets} started=$SECONDS runs=$dir/speed line
+  local batches=${BATON_CHECK_SPEED_BATCHES:-2000}
   if [[ $device != cuda* ]]; then
     result speed skipped "the GPU speed part needs a CUDA device"
     return
@@ -373,40 +408,75 @@ check_speed() {
     result speed skipped "no $data/fashion-mnist (BATON_CHECK_DATA)"
     return
   fi
-  build_targets "$dir/build.log" channels_last
+  build_targets "$dir/build.log" channels_last diffusion
   rm -rf "$runs" && mkdir -p "$runs"
-  local -A seconds=() accuracy=()
+  local -A seconds=() quality=()
   elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}'; }
-  for name in plain graphs; do
+  # speed_run <name> <log> <command...>: times a whole process; false when it failed.
+  speed_run() {
+    local name=$1 log=$2 t0
+    shift 2
     t0=$(date +%s.%N)
-    if ! "$baton" train configs/fashion_mnist.toml --quiet --set "run.dir=$runs" --set "run.name=$name" \
-         --set "data.path=$data/fashion-mnist" --set "trainer.device=$device" --set trainer.precision=amp_bf16 \
-         --set trainer.progress=false --set "trainer.cuda_graphs=$([[ $name == graphs ]] && echo true || echo false)" \
-         > "$runs/$name.log" 2>&1; then
-      tail -15 "$runs/$name.log"
-      result speed fail "baton ($name) failed (log: $runs/$name.log)"
-      return
+    if "$@" > "$log" 2>&1; then
+      seconds[$name]=$(elapsed "$t0")
+    else
+      tail -15 "$log"
+      say "speed: $name failed (log: $log)"
+      return 1
     fi
-    seconds[$name]=$(elapsed "$t0")
-    accuracy[$name]=$(grep -o '"eval/accuracy": *[0-9.]*' "$runs/$name/metrics.jsonl" | tail -1 | grep -o '[0-9.]*$')
+  }
+  local common=(--quiet --set "run.dir=$runs" --set "data.path=$data/fashion-mnist" --set "trainer.device=$device"
+                --set trainer.progress=false)
+  local name graphs
+  for name in plain graphs; do
+    graphs=$([[ $name == graphs ]] && echo true || echo false)
+    speed_run "$name" "$runs/$name.log" "$baton" train configs/fashion_mnist.toml "${common[@]}" \
+      --set "run.name=$name" --set trainer.precision=amp_bf16 --set "trainer.cuda_graphs=$graphs" ||
+      { result speed fail "baton ($name) failed (log: $runs/$name.log)"; return; }
+    quality[$name]=$(grep -o '"eval/accuracy": *[0-9.]*' "$runs/$name/metrics.jsonl" | tail -1 | grep -o '[0-9.]*$')
+    speed_run "diffusion_$name" "$runs/diffusion_$name.log" "$baton" train configs/fashion_mnist_ddpm.toml \
+      "${common[@]}" --set "run.name=diffusion_$name" --set "trainer.cuda_graphs=$graphs" \
+      --set "trainer.max_duration=${batches}ba" \
+      --set trainer.eval_interval=0ba --set trainer.log_interval=50ba --set data.metrics=[] \
+      --set plugins.ema.select= --set plugins.ema.posthoc= ||
+      { result speed fail "baton (diffusion_$name) failed (log: $runs/diffusion_$name.log)"; return; }
+    quality[diffusion_$name]=$(grep -o '"train/loss": *[0-9.]*' "$runs/diffusion_$name/metrics.jsonl" | tail -2 |
+      grep -o '[0-9.]*$' | awk '{s += $1} END {if (NR) printf "%.4f", s / NR}')
   done
-  t0=$(date +%s.%N)
-  if "$python" bench/python_main_job.py --data "$data/fashion-mnist" --device cuda --out "$runs/python" > "$runs/python.log" 2>&1; then
-    seconds[python]=$(elapsed "$t0")
-    accuracy[python]=$(tail -1 "$runs/python.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
+  local diffusion_graphs=fell_back
+  grep -q 'recorded the training step' "$runs/diffusion_graphs.log" && diffusion_graphs=recorded
+  if speed_run python "$runs/python.log" "$python" bench/python_main_job.py --data "$data/fashion-mnist" \
+       --device cuda --out "$runs/python"; then
+    quality[python]=$(tail -1 "$runs/python.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
+  fi
+  if speed_run diffusion_python "$runs/diffusion_python.log" "$python" bench/python_diffusion_job.py \
+       --data "$data/fashion-mnist" --device cuda --batches "$batches" --out "$runs/diffusion_python"; then
+    quality[diffusion_python]=$(tail -1 "$runs/diffusion_python.log" | grep -o 'train_loss=[0-9.]*' | cut -d= -f2)
   fi
   if "$python" -c 'import composer' 2>/dev/null; then
-    t0=$(date +%s.%N)
-    if "$python" bench/composer_main_job.py --data "$data/fashion-mnist" --device gpu --precision amp_bf16 \
-         --out "$runs/composer" > "$runs/composer.log" 2>&1; then
-      seconds[composer]=$(elapsed "$t0")
-      accuracy[composer]=$(tail -1 "$runs/composer.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
+    if speed_run composer "$runs/composer.log" "$python" bench/composer_main_job.py --data "$data/fashion-mnist" \
+         --device gpu --precision amp_bf16 --out "$runs/composer"; then
+      quality[composer]=$(tail -1 "$runs/composer.log" | grep -o 'ema_accuracy=[0-9.]*' | cut -d= -f2)
     fi
+    speed_run diffusion_composer "$runs/diffusion_composer.log" "$python" bench/composer_diffusion_job.py \
+      --data "$data/fashion-mnist" --device gpu --batches "$batches" --out "$runs/diffusion_composer" || true
   fi
-  ratio() { [[ -n ${seconds[$2]:-} ]] && awk -v a="${seconds[$1]}" -v b="${seconds[$2]}" 'BEGIN {printf "%.4f", a / b}' || echo none; }
+  ratio() { [[ -n ${seconds[$1]:-} && -n ${seconds[$2]:-} ]] &&
+    awk -v a="${seconds[$1]}" -v b="${seconds[$2]}" 'BEGIN {printf "%.4f", a / b}' || echo none; }
+  per_second() { [[ -n ${seconds[$1]:-} ]] && awk -v n="$2" -v s="${seconds[$1]}" 'BEGIN {printf "%.1f", n / s}' || echo none; }
   line="device=$device seconds=$((SECONDS - started))"
-  for name in plain graphs python composer; do line+=" ${name}_s=${seconds[$name]:-none} ${name}_ema=${accuracy[$name]:-none}"; done
-  line+=" graphs_vs_plain=$(ratio graphs plain) baton_vs_python_gpu=$(ratio plain python) baton_vs_composer_gpu=$(ratio plain composer)"
+  for name in plain graphs python composer; do
+    line+=" ${name}_s=${seconds[$name]:-none} ${name}_bps=$(per_second "$name" 3752) ${name}_ema=${quality[$name]:-none}"
+  done
+  for name in plain graphs python composer; do
+    line+=" diffusion_${name}_s=${seconds[diffusion_$name]:-none} diffusion_${name}_bps=$(per_second "diffusion_$name" "$batches")"
+    line+=" diffusion_${name}_loss=${quality[diffusion_$name]:-none}"
+  done
+  line+=" diffusion_graphs=$diffusion_graphs"
+  line+=" graphs_vs_plain=$(ratio graphs plain) baton_vs_python_gpu=$(ratio plain python)"
+  line+=" baton_vs_composer_gpu=$(ratio plain composer) diffusion_graphs_vs_plain=$(ratio diffusion_graphs diffusion_plain)"
+  line+=" diffusion_baton_vs_python_gpu=$(ratio diffusion_plain diffusion_python)"
+  line+=" diffusion_baton_vs_composer_gpu=$(ratio diffusion_plain diffusion_composer)"
   result speed ok "$line"
 }
 

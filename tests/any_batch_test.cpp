@@ -223,6 +223,30 @@ TEST_SUITE("any_batch") {
     CHECK_FALSE(baton::test::bitwise_equal(whole, other));
   }
 
+  TEST_CASE("a model that draws from the step generator in every mode passes the check and the probe") {
+    // `baton check` runs the forward once on the first batch, and plugins probe the model at init: neither is a
+    // training step, and both draw as the run's batch 0 would.
+    const auto dir = baton::test::scratch_dir("any-batch-step-random-check");
+    baton::TensorDataset data;
+    auto generator = at::detail::createCPUGenerator(9);
+    data.inputs = at::randn({32, 4}, generator);
+    data.targets = data.inputs.sum(1, true);
+    baton::Model model = fixture_model("noisy_linear", "scale = 1.0\nalways = true", data.spec());
+    auto optimizer = std::make_shared<torch::optim::SGD>(model.ptr()->parameters(), torch::optim::SGDOptions(0.05));
+    baton::Trainer trainer(model, optimizer, data, data, quiet(dir.string(), "1ep"));
+    CHECK_NOTHROW(trainer.check());
+    const baton::Batch example = trainer.state().facts.example_batch();
+    REQUIRE(trainer.state().facts.can_probe());
+    const baton::Outputs first = trainer.state().facts.probe_forward(example);
+    const baton::Outputs again = trainer.state().facts.probe_forward(example);
+    // Noise was drawn (the output is not the linear layer's alone), from the same seed both times.
+    at::Tensor weight, bias;
+    for (const auto& p : model.ptr()->named_parameters()) (p.key() == "linear.weight" ? weight : bias) = p.value();
+    const at::Tensor plain = example.inputs().matmul(weight.t()).add(bias).detach();
+    CHECK((first.main() - plain).abs().max().item<double>() > 1e-3);
+    CHECK(at::equal(first.main(), again.main()));
+  }
+
   TEST_CASE("outside a step there is no step generator") {
     CHECK(contains(error_text([] { (void)baton::step_generator(); }), "no training, evaluation or prediction step"));
   }

@@ -35,6 +35,8 @@ StepGeneratorScope::StepGeneratorScope(State& state, StepStream stream, std::uin
 
 StepGeneratorScope::~StepGeneratorScope() { t_current = previous_; }
 
+bool step_running() { return t_current != nullptr; }
+
 at::Generator& step_generator() {
   if (t_current == nullptr)
     throw Error("step_generator(): no training, evaluation or prediction step is running in this thread");

@@ -10,6 +10,9 @@ namespace baton {
 /// `training_data` is a plugin's pass over the training data (TrainingPasses::forward_training_data).
 enum class StepStream : std::uint64_t { train = 1, eval = 2, predict = 3, training_data = 4 };
 
+/// Whether a StepGeneratorScope is open in this thread (step_generator() returns rather than throws).
+bool step_running();
+
 /// For the life of the scope, State::generator is seeded from (seed, stream, index, rank) and is what
 /// step_generator() returns in this thread. `index` is the batch count for training, the batch's first sample for
 /// evaluation and prediction (so an evaluation batch draws the same whatever the number of ranks).

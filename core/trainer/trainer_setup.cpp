@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
@@ -18,6 +19,7 @@
 #include "trainer/module_mode.h"
 #include "trainer/step_errors.h"
 #include "optim/param_groups.h"
+#include "sdk/step_generator.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/weights_init.h"
 
@@ -331,6 +333,10 @@ void Trainer::Impl::offer_probe() {
   state.facts.set_probe([this](const Batch& batch) {
     c10::NoGradGuard no_grad;
     ModuleModeScope eval_mode(*module, /*training=*/false);
+    // A forward that draws from step_generator() (the diffusion model's noise) draws as batch 0 would when a plugin
+    // probes outside a step (at init); inside one it goes on drawing from that step's generator.
+    std::optional<StepGeneratorScope> random;
+    if (!step_running()) random.emplace(state, StepStream::train, 0);
     return model.forward(to_device(batch, device));
   }, std::move(example));
 }
@@ -346,6 +352,8 @@ void Trainer::Impl::check_first_batch() {
   const auto spec = [this] { return train->spec(); };
   c10::NoGradGuard no_grad;
   ModuleModeScope eval_mode(*module, /*training=*/false);
+  // What the run's first step draws from step_generator(): a check trains nothing after it.
+  const StepGeneratorScope random(state, StepStream::train, 0);
   const Outputs outputs = detail::autocast_step(precision, device.type(), where, "the model's forward", batch, spec,
                                                 [&] { return model.forward(batch); });
   // A model with its own training step computes its loss inside that step, which a check does not run.
